@@ -1,0 +1,36 @@
+"""Compute, update and input durations (DESIGN 2.1)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def efficiency(batch, eff_max, b_half):
+    """Saturating GPU efficiency: eff(B) = eff_max * B / (B + b_half)."""
+    return eff_max * batch / (batch + b_half)
+
+
+def layer_times(layer_flops, total_params, p):
+    """(forward [L, C], backward [L, C], update [C]) in seconds.
+
+    forward_l = B * flops_l / (peak * eff(B)); backward = bwd_ratio * forward;
+    update = bytes moved per parameter * params / memory bandwidth (memory-bound).
+    With a measured single-GPU throughput (> 0), all three are scaled so that
+    one GPU computes B samples in exactly B / measured_throughput seconds.
+    """
+    batch = p["batch_size"]
+    rate = p["peak_flops"] * efficiency(batch, p["efficiency"], p["b_half"])
+    forward = layer_flops[:, None] * (batch / rate)[None, :]
+    backward = forward * p["bwd_ratio"]
+    update = p["update_bytes_per_param"] * total_params / p["memory_bandwidth"]
+
+    measured = p["measured_throughput"]
+    modelled = forward.sum(0) + backward.sum(0) + update
+    scale = jnp.where(measured > 0, batch / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
+    return forward * scale, backward * scale, update * scale
+
+
+def input_times(p):
+    """(io [C], h2d [C]): read/decode of a batch, and its copy to the GPU."""
+    io = p["io_time_per_sample"] * p["batch_size"]
+    h2d = p["h2d_alpha"] + p["batch_size"] * p["sample_bytes"] / p["h2d_bandwidth"]
+    return io, h2d

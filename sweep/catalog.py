@@ -1,0 +1,68 @@
+"""Catalogs of GPUs and links: datasheet figures, each with a one-line source.
+
+Units: FLOP/s, bytes/s, seconds. Bandwidths are per direction. Latencies are
+typical small-message figures for the stack named in the source line; they are
+starting points for calibration, not measurements of any one cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    name: str
+    peak_flops: float  # dense FP32 FLOP/s: what the FLOP-based compute model divides by
+    peak_flops_fp16: float  # dense FP16/BF16 (tensor cores where present), for reference
+    memory_bandwidth: float  # bytes/s
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    name: str
+    alpha: float  # latency per message or per hop [s]
+    bandwidth: float  # bytes/s, per direction
+    source: str
+
+
+_T = 1e12
+_G = 1e9
+
+GPUS: dict[str, Gpu] = {g.name: g for g in (
+    Gpu("k80", 4.37 * _T, 4.37 * _T, 240 * _G,
+        "NVIDIA Tesla K80 datasheet: 8.73 TFLOPS FP32 boost, 480 GB/s per board of two GK210; one GPU is half"),
+    Gpu("p100", 10.6 * _T, 21.2 * _T, 732 * _G,
+        "NVIDIA Tesla P100 SXM2 datasheet: 10.6 TFLOPS FP32, 21.2 FP16, 732 GB/s HBM2"),
+    Gpu("p40", 11.76 * _T, 11.76 * _T, 346 * _G,
+        "NVIDIA Tesla P40 datasheet: 11.76 TFLOPS FP32 (no fast FP16), 346 GB/s GDDR5"),
+    Gpu("v100", 15.7 * _T, 125 * _T, 900 * _G,
+        "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOPS FP32, 125 tensor, 900 GB/s HBM2"),
+    Gpu("rtx2080ti", 13.45 * _T, 53.8 * _T, 616 * _G,
+        "NVIDIA Turing TU102 whitepaper (GeForce RTX 2080 Ti): 13.45 TFLOPS FP32, 53.8 FP16 tensor (FP32 accumulate), 616 GB/s"),
+    Gpu("a100", 19.5 * _T, 312 * _T, 2039 * _G,
+        "NVIDIA A100 80GB SXM datasheet: 19.5 TFLOPS FP32, 312 BF16 tensor dense, 2,039 GB/s HBM2e"),
+    Gpu("h100", 67 * _T, 989 * _T, 3350 * _G,
+        "NVIDIA H100 SXM datasheet: 67 TFLOPS FP32, 989 BF16 tensor dense, 3.35 TB/s HBM3"),
+    Gpu("h200", 67 * _T, 989 * _T, 4800 * _G,
+        "NVIDIA H200 SXM datasheet: 67 TFLOPS FP32, 989 BF16 tensor dense, 4.8 TB/s HBM3e"),
+)}
+
+LINKS: dict[str, Link] = {l.name: l for l in (
+    Link("pcie3", 5e-6, 15.75 * _G, "PCI-SIG: PCIe 3.0 x16, 8 GT/s x 16 lanes, 128b/130b coding = 15.75 GB/s per direction"),
+    Link("pcie4", 5e-6, 31.5 * _G, "PCI-SIG: PCIe 4.0 x16, 16 GT/s x 16 lanes = 31.5 GB/s per direction"),
+    Link("pcie5", 5e-6, 63.0 * _G, "PCI-SIG: PCIe 5.0 x16, 32 GT/s x 16 lanes = 63 GB/s per direction"),
+    Link("nvlink1", 2e-6, 80 * _G, "NVIDIA P100 whitepaper: 4 NVLink 1.0 links x 20 GB/s per direction"),
+    Link("nvlink2", 2e-6, 150 * _G, "NVIDIA V100 whitepaper: 6 NVLink 2.0 links x 25 GB/s per direction"),
+    Link("nvlink3", 2e-6, 300 * _G, "NVIDIA A100 whitepaper: 12 NVLink 3.0 links x 25 GB/s per direction"),
+    Link("nvlink4", 2e-6, 450 * _G, "NVIDIA H100 whitepaper: 18 NVLink 4.0 links x 25 GB/s per direction"),
+    Link("10gbe", 30e-6, 1.25 * _G, "IEEE 802.3ae 10 Gb/s Ethernet; latency typical of TCP sockets"),
+    Link("25gbe", 10e-6, 3.125 * _G, "IEEE 802.3by 25 Gb/s Ethernet; latency typical of TCP with kernel bypass off"),
+    Link("100gbe", 3e-6, 12.5 * _G, "IEEE 802.3 100 Gb/s Ethernet; latency typical of RoCE v2"),
+    Link("200gbe", 3e-6, 25 * _G, "IEEE 802.3bs 200 Gb/s Ethernet; latency typical of RoCE v2"),
+    Link("400gbe", 3e-6, 50 * _G, "IEEE 802.3bs 400 Gb/s Ethernet; latency typical of RoCE v2"),
+    Link("ib-fdr", 1.5e-6, 6.8 * _G, "InfiniBand FDR 4x: 56 Gb/s signalling, 64b/66b coding = 6.8 GB/s; MPI latency ~1-2 us"),
+    Link("ib-edr", 1.2e-6, 12.5 * _G, "InfiniBand EDR 4x: 100 Gb/s = 12.5 GB/s; MPI latency ~1 us"),
+    Link("ib-hdr", 1.0e-6, 25 * _G, "InfiniBand HDR 4x: 200 Gb/s = 25 GB/s; MPI latency ~1 us"),
+    Link("ib-ndr", 1.0e-6, 50 * _G, "InfiniBand NDR 4x: 400 Gb/s = 50 GB/s; MPI latency ~1 us"),
+)}

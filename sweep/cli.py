@@ -1,0 +1,114 @@
+"""The `ssgd-sweep` command line (DESIGN 4).
+
+Bad input exits with status 2 and one line on stderr naming the key and the
+value; no output file is left behind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sweep.schema import SpecError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except SpecError as err:
+        print(f"ssgd-sweep: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ssgd-sweep: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ssgd-sweep",
+        description="Model synchronous data-parallel SGD iterations as a DAG and sweep configurations.")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="evaluate a scenario over its grid and write a netCDF cube")
+    run.add_argument("spec", help="scenario file (TOML)")
+    run.add_argument("-o", "--output", required=True, help="output netCDF file")
+    run.set_defaults(handler=_run)
+
+    explain = sub.add_parser("explain", help="one configuration in full: tasks, critical path, breakdown")
+    explain.add_argument("spec", help="scenario file (TOML) with a single configuration")
+    explain.add_argument("--json", action="store_true", help="print the JSON document alone")
+    explain.set_defaults(handler=_explain)
+
+    models = sub.add_parser("models", help="list the model zoo")
+    models.add_argument("--json", action="store_true", help="print the zoo as JSON, layer by layer")
+    models.set_defaults(handler=_models)
+
+    demo = sub.add_parser("demo", help="run the embedded default study and print a summary")
+    demo.add_argument("-o", "--output", help="also write the cube to this netCDF file")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _check_output(path: str) -> Path:
+    out = Path(path)
+    if out.is_dir():
+        raise SpecError("output", path, "is a directory")
+    if not out.parent.resolve().is_dir():
+        raise SpecError("output", path, "its directory does not exist")
+    return out
+
+
+def _run(args) -> int:
+    import sweep
+    from sweep.spec import load_spec
+
+    output = _check_output(args.output)
+    spec = load_spec(args.spec)
+    cube = sweep.run(spec, output)
+    print(f"wrote {output}: {spec.size} configurations, dims {dict(cube.sizes)}", file=sys.stderr)
+    return 0
+
+
+def _explain(args) -> int:
+    from sweep.explain import explain, format_explain
+    from sweep.spec import load_spec
+
+    doc = explain(load_spec(args.spec))
+    print(json.dumps(doc) if args.json else format_explain(doc))
+    return 0
+
+
+def _models(args) -> int:
+    from sweep import zoo
+
+    models = [zoo.get_model(name) for name in zoo.MODEL_NAMES]
+    if args.json:
+        print(json.dumps({m.name: {
+            "params": m.params,
+            "forward_flops": m.forward_flops,
+            "seq_len": m.seq_len,
+            "input_bytes": m.input_bytes,
+            "layers": [{"name": l.name, "params": l.params, "forward_flops": l.forward_flops} for l in m.layers],
+        } for m in models}))
+        return 0
+    print(f"{'model':<14} {'params':>15} {'fwd GFLOP/sample':>17} {'layers':>7} {'seq_len':>8}")
+    for m in models:
+        print(f"{m.name:<14} {m.params:>15,} {m.forward_flops / 1e9:>17.2f} {len(m.layers):>7} "
+              f"{m.seq_len if m.seq_len else '-':>8}")
+    return 0
+
+
+def _demo(args) -> int:
+    import tomllib
+
+    import sweep
+    from sweep.demo import DEMO_SCENARIO, summarize
+
+    output = _check_output(args.output) if args.output else None
+    cube = sweep.run(tomllib.loads(DEMO_SCENARIO), output)
+    print(summarize(cube))
+    if output:
+        print(f"\nwrote {output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,101 @@
+"""Resolve scenario keys into the kernels' numeric parameter arrays.
+
+Works on a block of configurations at once: each key is a `Column` (its
+distinct values and, per configuration, an index into them), so catalog and
+preset look-ups run once per distinct value, not once per configuration.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from kernels.codes import ALGORITHMS, STRATEGIES
+from sweep import catalog, presets, zoo
+from sweep.schema import KEYS
+from sweep.spec import Spec
+
+DEFAULT_STRATEGY = "wfbp"
+DEFAULT_ALGORITHM = "ring"
+DEFAULT_BUCKET_BYTES = 25 << 20
+DEFAULT_PREFETCH = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    values: tuple
+    index: np.ndarray  # [C] into values
+
+    def map(self, fn=lambda v: v, dtype=np.float64) -> np.ndarray:
+        table = np.asarray([fn(v) for v in self.values], dtype)
+        return table[self.index]
+
+
+def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size: int) -> dict[str, Column]:
+    """Columns for every given key: swept keys from per-axis indices, fixed keys constant."""
+    constant = np.zeros(size, np.int64)
+    columns = {key: Column((value,), constant) for key, value in spec.fixed.items()}
+    for axis in spec.axes:
+        columns[axis.key] = Column(axis.values, axis_indices[axis.key])
+    return columns
+
+
+def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int) -> dict[str, np.ndarray]:
+    """The kernels' parameter arrays (`kernels.iteration.PARAMS`) for `size` configurations."""
+
+    def get(key: str, fn=lambda v: v, dtype=np.float64) -> np.ndarray:
+        column = columns.get(key)
+        if column is None:
+            return np.full(size, fn(KEYS[key].default), dtype)
+        return column.map(fn, dtype)
+
+    def given_or(key: str, fallback: np.ndarray) -> np.ndarray:
+        return get(key) if key in columns else fallback
+
+    def from_preset(key: str, field: str, default, encode=lambda v: v) -> np.ndarray:
+        if key in columns:
+            return get(key, encode)
+        if "preset" in columns:
+            return get("preset", lambda name: encode(getattr(presets.PRESETS[name], field)))
+        return np.full(size, encode(default), np.float64)
+
+    nodes = get("nodes")
+    gpus_per_node = get("gpus_per_node")
+    workers = nodes * gpus_per_node
+    p = {
+        "batch_size": get("batch_size"),
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "workers": workers,
+        "log2_workers": np.ceil(np.log2(workers)),
+        "servers": given_or("ps.servers", nodes),
+        "peak_flops": given_or("gpu.peak_flops", get("gpu.name", lambda g: catalog.GPUS[g].peak_flops)),
+        "memory_bandwidth": given_or("gpu.memory_bandwidth",
+                                     get("gpu.name", lambda g: catalog.GPUS[g].memory_bandwidth)),
+        "efficiency": get("compute.efficiency"),
+        "b_half": get("compute.b_half"),
+        "bwd_ratio": get("compute.bwd_ratio"),
+        "measured_throughput": given_or("compute.measured_throughput", np.zeros(size)),
+        "update_bytes_per_param": get("compute.update_bytes_per_param"),
+        "grad_bytes": get("grad_bytes"),
+        "io_time_per_sample": get("io.time_per_sample"),
+        "sample_bytes": given_or("io.sample_bytes", np.full(size, float(model.input_bytes))),
+        "prefetch": from_preset("io.prefetch", "prefetch", DEFAULT_PREFETCH, float),
+        "strategy": from_preset("strategy", "strategy", DEFAULT_STRATEGY, STRATEGIES.index),
+        "algorithm": from_preset("algorithm", "algorithm", DEFAULT_ALGORITHM, ALGORITHMS.index),
+        "bucket_bytes": from_preset("bucket_bytes", "bucket_bytes", DEFAULT_BUCKET_BYTES),
+    }
+    for table in ("intra", "inter", "h2d"):
+        p[f"{table}_alpha"] = given_or(f"{table}.alpha", get(f"{table}.name", lambda n: catalog.LINKS[n].alpha))
+        p[f"{table}_bandwidth"] = given_or(f"{table}.bandwidth",
+                                           get(f"{table}.name", lambda n: catalog.LINKS[n].bandwidth))
+    out = {k: v.astype(np.float32) for k, v in p.items()}
+    out["strategy"] = p["strategy"].astype(np.int32)
+    out["algorithm"] = p["algorithm"].astype(np.int32)
+    return out
+
+
+def point_params(point: dict[str, object], model: zoo.Model) -> dict[str, np.ndarray]:
+    """Parameters of a single configuration (`point` maps canonical keys to values)."""
+    columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in point.items()}
+    return kernel_params(columns, model, 1)

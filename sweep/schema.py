@@ -1,0 +1,125 @@
+"""Every scenario key: its type, bounds, default, units and meaning (DESIGN 4).
+
+Keys are canonical dotted names. A table given by a bare string (`gpu =
+"a100"`, `inter = "ib-edr"`) stands for its `name` field. A default of None
+means "derived": from the preset, the catalog entry, or the model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from kernels.codes import ALGORITHMS, STRATEGIES
+from sweep import catalog, presets, zoo
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    name: str
+    kind: type  # int, float, str or bool
+    default: object
+    units: str
+    long_name: str
+    minimum: float | None = None  # inclusive unless `positive`
+    positive: bool = False  # strictly > 0
+    maximum: float | None = None
+    choices: Callable[[], tuple[str, ...]] | None = None
+    required: bool = False
+
+
+def _link_keys(table: str, what: str, default: str) -> list[Key]:
+    return [
+        Key(f"{table}.name", str, default, "", f"{what} link", choices=lambda: tuple(catalog.LINKS)),
+        Key(f"{table}.alpha", float, None, "s", f"{what} link latency", minimum=0.0),
+        Key(f"{table}.bandwidth", float, None, "bytes/s", f"{what} link bandwidth", positive=True),
+    ]
+
+
+KEYS: dict[str, Key] = {k.name: k for k in [
+    Key("model", str, None, "", "DNN model", choices=lambda: zoo.MODEL_NAMES, required=True),
+    Key("batch_size", int, None, "samples", "per-GPU batch size", positive=True, required=True),
+    Key("seq_len", int, None, "tokens", "sequence length (transformers)", positive=True),
+    Key("nodes", int, 1, "", "nodes", positive=True),
+    Key("gpus_per_node", int, 1, "", "GPUs per node", positive=True),
+    Key("gpu.name", str, "v100", "", "GPU", choices=lambda: tuple(catalog.GPUS)),
+    Key("gpu.peak_flops", float, None, "FLOP/s", "GPU peak FP32 rate", positive=True),
+    Key("gpu.memory_bandwidth", float, None, "bytes/s", "GPU memory bandwidth", positive=True),
+    Key("strategy", str, None, "", "gradient communication strategy", choices=lambda: STRATEGIES),
+    Key("algorithm", str, None, "", "all-reduce algorithm", choices=lambda: ALGORITHMS),
+    Key("bucket_bytes", int, None, "bytes", "fusion bucket size", positive=True),
+    Key("preset", str, None, "", "framework preset", choices=lambda: tuple(presets.PRESETS)),
+    Key("iterations", int, 3, "", "unrolled iterations K", minimum=2, maximum=64),
+    Key("grad_bytes", int, 4, "bytes", "bytes per gradient element", positive=True),
+    *_link_keys("intra", "intra-node", "pcie3"),
+    *_link_keys("inter", "inter-node", "10gbe"),
+    *_link_keys("h2d", "host-to-device", "pcie3"),
+    Key("compute.efficiency", float, 0.6, "1", "peak efficiency at large batch", positive=True, maximum=1.0),
+    Key("compute.b_half", float, 8.0, "samples", "batch of half efficiency", minimum=0.0),
+    Key("compute.bwd_ratio", float, 2.0, "1", "backward/forward time ratio", positive=True),
+    Key("compute.measured_throughput", float, None, "samples/s", "measured single-GPU throughput", positive=True),
+    Key("compute.update_bytes_per_param", float, 16.0, "bytes", "memory traffic of the update per parameter",
+        positive=True),
+    Key("io.time_per_sample", float, 1e-4, "s", "read and decode time per sample", minimum=0.0),
+    Key("io.sample_bytes", int, None, "bytes", "bytes per sample copied to the GPU", positive=True),
+    Key("io.prefetch", bool, None, "", "input prefetch"),
+    Key("ps.servers", int, None, "", "parameter servers", positive=True),
+]}
+
+# Keys that change the DAG's shape or layer data: a sweep compiles once per value.
+STRUCTURAL = ("model", "seq_len", "iterations")
+
+# A bare string for these tables names the catalog entry.
+TABLES_WITH_NAME = ("gpu", "intra", "inter", "h2d")
+
+
+class SpecError(ValueError):
+    """Bad scenario input: names the key and the offending value in one line."""
+
+    def __init__(self, key: str, value: object, reason: str):
+        self.key, self.value, self.reason = key, value, reason
+        super().__init__(f"{key} = {_show(value)}: {reason}")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def canonical(key: str) -> str:
+    return f"{key}.name" if key in TABLES_WITH_NAME else key
+
+
+def check_value(written: str, value: object) -> object:
+    """The validated value of one scalar for key `written` (as the user wrote it)."""
+    key = KEYS.get(canonical(written))
+    if key is None:
+        raise SpecError(written, value, f"unknown key; known keys: {', '.join(sorted(KEYS))}")
+    if key.kind is bool:
+        if not isinstance(value, bool):
+            raise SpecError(written, value, "must be true or false")
+        return value
+    if key.kind is str:
+        if not isinstance(value, str):
+            raise SpecError(written, value, "must be a string")
+        valid = key.choices() if key.choices else None
+        if valid is not None and value not in valid:
+            raise SpecError(written, value, f"unknown {key.long_name}; choose from {', '.join(valid)}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(written, value, f"must be a number ({key.kind.__name__})")
+    if not math.isfinite(value):
+        raise SpecError(written, value, "must be finite")
+    if key.kind is int:
+        if value != int(value):
+            raise SpecError(written, value, "must be an integer")
+        value = int(value)
+    else:
+        value = float(value)
+    if key.positive and value <= 0:
+        raise SpecError(written, value, "must be > 0")
+    if key.minimum is not None and value < key.minimum:
+        raise SpecError(written, value, f"must be >= {key.minimum:g}")
+    if key.maximum is not None and value > key.maximum:
+        raise SpecError(written, value, f"must be <= {key.maximum:g}")
+    return value

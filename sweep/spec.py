@@ -1,0 +1,171 @@
+"""Scenario files: load, validate, and split into fixed keys and swept axes.
+
+Every key may be a scalar (fixed) or a list (a swept axis, which becomes a
+cube dimension named as written, in file order). Validation happens here,
+once, on the host; everything downstream trusts a `Spec`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import tomli_w
+
+from kernels.iteration import OUTPUTS
+from sweep import zoo
+from sweep.schema import KEYS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonical, check_value
+
+# Top-level keys that are not model parameters.
+CONTROL_KEYS = ("outputs",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    name: str  # as written in the scenario (`gpu`, `inter.bandwidth`)
+    key: str  # canonical key (`gpu.name`, `inter.bandwidth`)
+    values: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    fixed: Mapping[str, object]  # canonical key -> value
+    axes: tuple[Axis, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a.values) for a in self.axes)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def axis(self, key: str) -> Axis | None:
+        return next((a for a in self.axes if a.key == key), None)
+
+    def given(self, key: str) -> bool:
+        """Whether the scenario sets `key` (fixed or swept)."""
+        return key in self.fixed or self.axis(key) is not None
+
+    def point(self, index: tuple[int, ...]) -> dict[str, object]:
+        """Every given key's value at one grid index."""
+        values = dict(self.fixed)
+        values.update({a.key: a.values[i] for a, i in zip(self.axes, index)})
+        return values
+
+    def to_toml(self) -> str:
+        """The scenario as TOML, with defaults filled in where they are fixed."""
+        flat = {k.name: k.default for k in KEYS.values() if k.default is not None}
+        flat.update(self.fixed)
+        flat.update({a.key: list(a.values) for a in self.axes})
+        nested: dict = {"outputs": list(self.outputs)}
+        for key, value in flat.items():
+            *tables, leaf = key.split(".")
+            node = nested
+            for table in tables:
+                node = node.setdefault(table, {})
+            node[leaf] = value
+        return tomli_w.dumps(nested)
+
+
+def load_spec(source: str | os.PathLike | Mapping) -> Spec:
+    """A validated Spec from a TOML path or an already-parsed mapping."""
+    if isinstance(source, Mapping):
+        raw = source
+    else:
+        raw = _read_toml(Path(source))
+    fixed: dict[str, object] = {}
+    axes: list[Axis] = []
+    written_as: dict[str, str] = {}
+    outputs = tuple(OUTPUTS)
+    for written, value in _flatten(raw):
+        if written == "outputs":
+            outputs = _check_outputs(value)
+            continue
+        key = canonical(written)
+        if key in written_as:
+            raise SpecError(written, value, f"given twice (also as {written_as[key]})")
+        written_as[key] = written
+        if isinstance(value, list):
+            axes.append(Axis(written, key, _check_axis(written, value)))
+        else:
+            fixed[key] = check_value(written, value)
+    spec = Spec(fixed, tuple(axes), outputs)
+    _check_required(spec)
+    _check_models(spec)
+    return spec
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError("scenario", str(path), f"cannot read file ({err.__class__.__name__}: {err.strerror or err})")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError("scenario", str(path), f"not valid TOML: {err}")
+
+
+def _flatten(table: Mapping, prefix: str = ""):
+    """(dotted key, value) pairs in file order."""
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if key == "sample":
+            raise SpecError("sample", value, "sampled sweeps are not supported yet; give a grid of lists")
+        if isinstance(value, Mapping):
+            if not prefix and key in CONTROL_KEYS:
+                raise SpecError(key, value, "must be a list")
+            yield from _flatten(value, key + ".")
+        else:
+            yield key, value
+
+
+def _check_axis(written: str, values: list) -> tuple:
+    if not values:
+        raise SpecError(written, values, "empty axis: give at least one value")
+    if any(isinstance(v, (list, Mapping)) for v in values):
+        raise SpecError(written, values, "an axis holds scalars only")
+    checked = tuple(check_value(written, v) for v in values)
+    if len(set(checked)) != len(checked):
+        raise SpecError(written, values, "repeated value in axis")
+    return checked
+
+
+def _check_outputs(value) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise SpecError("outputs", value, "must be a non-empty list of output names")
+    for name in value:
+        if name not in OUTPUTS:
+            raise SpecError("outputs", name, f"unknown output; choose from {', '.join(OUTPUTS)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _check_required(spec: Spec) -> None:
+    for key in KEYS.values():
+        if key.required and not spec.given(key.name):
+            raise SpecError(key.name, None, "required key is missing")
+
+
+def _values(spec: Spec, key: str) -> tuple:
+    axis = spec.axis(key)
+    if axis is not None:
+        return axis.values
+    return (spec.fixed.get(key, KEYS[key].default),)
+
+
+def _check_models(spec: Spec) -> None:
+    """Every model and sequence length pair must exist in the zoo."""
+    for model in _values(spec, "model"):
+        for seq_len in _values(spec, "seq_len"):
+            try:
+                zoo.get_model(model, seq_len)
+            except ValueError as err:
+                raise SpecError("seq_len", seq_len, f"invalid for {model}: {err}")
+
+
+__all__ = ["Axis", "Spec", "SpecError", "load_spec", "STRUCTURAL", "TABLES_WITH_NAME"]

@@ -1,0 +1,62 @@
+"""BERT encoders (Devlin et al. 2019) as Hugging Face's BertModel, with pooler.
+
+Post-LN blocks: self-attention, dense, residual + LayerNorm, then a 4x wide
+GELU MLP, residual + LayerNorm. Names follow Hugging Face's module paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import layers as L
+from .builder import LayerRecorder
+
+VOCAB_SIZE = 30522
+MAX_POSITIONS = 512
+TYPE_VOCAB_SIZE = 2  # segment A / segment B
+INPUT_TENSORS = 3  # input_ids, attention_mask, token_type_ids, each int64
+DEFAULT_SEQ_LEN = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    hidden: int
+    num_layers: int
+
+    @property
+    def intermediate(self) -> int:
+        return 4 * self.hidden
+
+
+CONFIGS = {
+    "bert_base": BertConfig(hidden=768, num_layers=12),
+    "bert_large": BertConfig(hidden=1024, num_layers=24),
+}
+
+
+def bert(cfg: BertConfig, seq_len: int) -> LayerRecorder:
+    r = LayerRecorder()
+    h, s = cfg.hidden, seq_len
+    r.add(L.embedding("embeddings.word_embeddings", VOCAB_SIZE, h))
+    # Hugging Face adds token-type embeddings before position embeddings.
+    r.add(L.embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, h))
+    r.add(L.embedding("embeddings.position_embeddings", MAX_POSITIONS, h))
+    r.add(L.layernorm("embeddings.LayerNorm", h, tokens=s))
+    for i in range(cfg.num_layers):
+        p = f"encoder.layer.{i}"
+        for proj in ("query", "key", "value"):
+            r.linear(f"{p}.attention.self.{proj}", h, h, tokens=s)
+        r.add(L.attention_scores(f"{p}.attention.self.scores", s, h))
+        r.linear(f"{p}.attention.output.dense", h, h, tokens=s)
+        r.add(L.layernorm(f"{p}.attention.output.LayerNorm", h, tokens=s))
+        r.linear(f"{p}.intermediate.dense", h, cfg.intermediate, tokens=s)
+        r.linear(f"{p}.output.dense", cfg.intermediate, h, tokens=s)
+        r.add(L.layernorm(f"{p}.output.LayerNorm", h, tokens=s))
+    # The pooler only transforms the first ([CLS]) token.
+    r.linear("pooler.dense", h, h, tokens=1)
+    return r
+
+
+def build(name: str, seq_len: int):
+    return bert(CONFIGS[name], seq_len).build(
+        name, input_bytes=seq_len * 8 * INPUT_TENSORS, seq_len=seq_len)
