@@ -55,34 +55,34 @@ def steady_iteration_time(dag, table, prefetch):
 def iteration_outputs(dag, p):
     """All outputs of DESIGN 2.4 as a dict of [C] arrays.
 
-    The iteration is evaluated three times in one pass (configurations
-    concatenated on the minor axis): as given, with free communication (which
-    is also the single-GPU case: P = 1 costs nothing) and with free input.
+    The iteration is evaluated twice in one pass (configurations concatenated
+    on the minor axis): as given, and with free communication, which is also
+    the single-GPU case (P = 1 costs nothing). `bottleneck` is the resource
+    with the most busy time per iteration (compute, the communication channel,
+    or input): the one that bounds throughput once everything else overlaps.
     """
     table, _ = task_durations(dag, p)
     rows = _rows(dag)
     comm = slice(rows["comm"], rows["update"])
     free_comm = table.at[comm].set(0.0)
-    free_input = table.at[rows["io"]].set(0.0).at[rows["h2d"]].set(0.0)
     c = table.shape[1]
-    prefetch = jnp.tile(p["prefetch"], 3)
-    times = steady_iteration_time(dag, jnp.concatenate([table, free_comm, free_input], axis=1), prefetch)
-    t, t_free_comm, t_free_input = times[:c], times[c:2 * c], times[2 * c:]
+    prefetch = jnp.tile(p["prefetch"], 2)
+    times = steady_iteration_time(dag, jnp.concatenate([table, free_comm], axis=1), prefetch)
+    t, t_free_comm = times[:c], times[c:]
 
-    samples = p["workers"] * p["batch_size"]
-    exposed_comm = t - t_free_comm
-    exposed_input = t - t_free_input
-    shares = jnp.stack([t - exposed_comm - exposed_input, exposed_comm, exposed_input])
+    compute_time = table[rows["forward"]:rows["comm"]].sum(0) + table[rows["update"]]
+    communication_time = table[comm].sum(0)
+    io_time = table[rows["io"]] + table[rows["h2d"]]
     return {
         "iteration_time": t,
-        "throughput": samples / t,
+        "throughput": p["workers"] * p["batch_size"] / t,
         "speedup": p["workers"] * t_free_comm / t,
         "scaling_efficiency": t_free_comm / t,
-        "compute_time": table[rows["forward"]:rows["comm"]].sum(0) + table[rows["update"]],
-        "communication_time": table[comm].sum(0),
-        "exposed_communication": exposed_comm,
-        "io_time": table[rows["io"]] + table[rows["h2d"]],
-        "bottleneck": jnp.argmax(shares, axis=0).astype(jnp.int32),
+        "compute_time": compute_time,
+        "communication_time": communication_time,
+        "exposed_communication": t - t_free_comm,
+        "io_time": io_time,
+        "bottleneck": jnp.argmax(jnp.stack([compute_time, communication_time, io_time]), axis=0).astype(jnp.int32),
     }
 
 

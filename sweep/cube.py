@@ -22,7 +22,7 @@ OUTPUT_ATTRS = {
     "communication_time": ("s", "communication time per iteration (sum of all-reduces)"),
     "exposed_communication": ("s", "communication time not hidden by computation"),
     "io_time": ("s", "input time per iteration (read and decode, host-to-device copy)"),
-    "bottleneck": ("1", "resource taking the largest share of the iteration"),
+    "bottleneck": ("1", "resource with the most busy time per iteration"),
 }
 
 

@@ -6,6 +6,8 @@ DAG (empty comm slots removed), so `explain` also cross-checks the kernels.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +20,10 @@ from sweep.dag import concretize
 from sweep.evaluate import structural_value
 from sweep.params import point_params
 from sweep.spec import Spec, SpecError
+
+
+_durations = jax.jit(task_durations)
+_outputs = jax.jit(iteration_outputs)
 
 
 def single_point(spec: Spec) -> dict[str, object]:
@@ -35,13 +41,17 @@ def explain(spec: Spec) -> dict:
     iterations = structural_value(spec, "iterations", point)
     model = zoo.get_model(name, seq_len)
     compiled, dag = compile_zoo_model(name, seq_len, iterations)
-    params = point_params(point, model)
+    params = point_params(point, model, np.float64)
+    # Model data in float64 too, straight from the zoo (the compiled copy is float32).
+    slot_params = np.array([model.layers[l].params for l in compiled.slot_layer], np.float64)
+    compiled = dataclasses.replace(
+        compiled, layer_flops=np.array([l.forward_flops for l in model.layers], np.float64),
+        slot_params=slot_params, total_params=np.float64(model.params))
 
     with jax.enable_x64(True):
-        p64 = {k: jnp.asarray(v, jnp.int32 if v.dtype.kind == "i" else jnp.float64) for k, v in params.items()}
-        c64 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64) if a.dtype.kind == "f" else a, compiled)
-        table, sent = task_durations(c64, p64)
-        outputs = {k: np.asarray(v)[0] for k, v in iteration_outputs(c64, p64).items()}
+        p64 = {k: jnp.asarray(v) for k, v in params.items()}
+        table, sent = _durations(compiled, p64)
+        outputs = {k: np.asarray(v)[0] for k, v in _outputs(compiled, p64).items()}
     table = np.asarray(table)[:, 0]
     sent = np.asarray(sent)[:, 0]
     prefetch = bool(params["prefetch"][0])

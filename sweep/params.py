@@ -40,7 +40,8 @@ def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size: int) -> 
     return columns
 
 
-def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int) -> dict[str, np.ndarray]:
+def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
+                  dtype=np.float32) -> dict[str, np.ndarray]:
     """The kernels' parameter arrays (`kernels.iteration.PARAMS`) for `size` configurations."""
 
     def get(key: str, fn=lambda v: v, dtype=np.float64) -> np.ndarray:
@@ -89,13 +90,13 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int) -> di
         p[f"{table}_alpha"] = given_or(f"{table}.alpha", get(f"{table}.name", lambda n: catalog.LINKS[n].alpha))
         p[f"{table}_bandwidth"] = given_or(f"{table}.bandwidth",
                                            get(f"{table}.name", lambda n: catalog.LINKS[n].bandwidth))
-    out = {k: v.astype(np.float32) for k, v in p.items()}
+    out = {k: v.astype(dtype) for k, v in p.items()}
     out["strategy"] = p["strategy"].astype(np.int32)
     out["algorithm"] = p["algorithm"].astype(np.int32)
     return out
 
 
-def point_params(point: dict[str, object], model: zoo.Model) -> dict[str, np.ndarray]:
+def point_params(point: dict[str, object], model: zoo.Model, dtype=np.float32) -> dict[str, np.ndarray]:
     """Parameters of a single configuration (`point` maps canonical keys to values)."""
     columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in point.items()}
-    return kernel_params(columns, model, 1)
+    return kernel_params(columns, model, 1, dtype)

@@ -1,0 +1,117 @@
+"""Bad input: exit status 2, one line naming the key and the value, no file left."""
+import subprocess
+import sys
+
+import pytest
+
+from sweep.schema import SpecError
+from sweep.spec import load_spec
+
+GOOD = """
+model = "resnet50"
+batch_size = 32
+nodes = [1, 2]
+gpus_per_node = 4
+"""
+
+# (scenario text, key the message must name, value the message must show)
+BAD = {
+    "unknown key": ('model = "resnet50"\nbatch_size = 32\nbatchsize = 4\n', "batchsize", "4"),
+    "unknown model": ('model = "resnet51"\nbatch_size = 32\n', "model", "resnet51"),
+    "zero nodes": ('model = "resnet50"\nbatch_size = 32\nnodes = 0\n', "nodes", "0"),
+    "negative bandwidth": ('model = "resnet50"\nbatch_size = 32\n[inter]\nbandwidth = -1e9\n',
+                           "inter.bandwidth", "-1000000000.0"),
+    "nan latency": ('model = "resnet50"\nbatch_size = 32\n[inter]\nalpha = nan\n', "inter.alpha", "nan"),
+    "string batch size": ('model = "resnet50"\nbatch_size = "big"\n', "batch_size", "big"),
+    "empty axis": ('model = "resnet50"\nbatch_size = 32\nnodes = []\n', "nodes", "[]"),
+    "broken toml": ('model = "resnet50"\nbatch_size = = 32\n', "scenario", "TOML"),
+    "unknown strategy": ('model = "resnet50"\nbatch_size = 32\nstrategy = "wfpb"\n', "strategy", "wfpb"),
+    "zero bandwidth in axis": ('model = "resnet50"\nbatch_size = 32\ninter.bandwidth = [1e9, 0]\n',
+                               "inter.bandwidth", "0"),
+    "fractional integer": ('model = "resnet50"\nbatch_size = 32.5\n', "batch_size", "32.5"),
+    "unknown link": ('model = "resnet50"\nbatch_size = 32\ninter = "carrier-pigeon"\n', "inter", "carrier-pigeon"),
+    "missing model": ("batch_size = 32\n", "model", "None"),
+    "seq_len too long": ('model = "bert_base"\nbatch_size = 8\nseq_len = 4096\n', "seq_len", "4096"),
+    "unknown output": ('model = "resnet50"\nbatch_size = 32\noutputs = ["latency"]\n', "outputs", "latency"),
+    "repeated axis value": ('model = "resnet50"\nbatch_size = [32, 32]\n', "batch_size", "32"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_scenario_exits_2_with_one_line_and_no_file(case, cli, write_spec, tmp_path):
+    text, key, value = BAD[case]
+    out = tmp_path / "out.nc"
+    status, stdout, stderr = cli("run", write_spec(text), "-o", out)
+    assert status == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert key in lines[0] and value in lines[0], lines[0]
+    assert "Traceback" not in stderr
+    assert not out.exists()
+    assert list(tmp_path.glob("*.nc*")) == [] and list(tmp_path.glob(".*part")) == []
+
+
+@pytest.mark.parametrize("command", ["run", "explain"])
+def test_missing_file(command, cli, tmp_path):
+    missing = tmp_path / "nope.toml"
+    args = [command, missing] + (["-o", tmp_path / "out.nc"] if command == "run" else [])
+    status, _, stderr = cli(*args)
+    assert status == 2
+    assert str(missing) in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.nc").exists()
+
+
+def test_output_directory_missing(cli, write_spec, tmp_path):
+    status, _, stderr = cli("run", write_spec(GOOD), "-o", tmp_path / "no" / "such" / "dir.nc")
+    assert status == 2 and "output" in stderr
+
+
+def test_explain_refuses_a_grid(cli, write_spec):
+    status, _, stderr = cli("explain", write_spec(GOOD))
+    assert status == 2 and "nodes" in stderr and "one configuration" in stderr
+
+
+def test_interrupted_write_leaves_nothing(write_spec, tmp_path, monkeypatch):
+    """A failure while writing (here: an interrupt) removes the partial file."""
+    import sweep
+    import xarray as xr
+
+    def interrupted(self, path, *args, **kwargs):
+        open(path, "wb").write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", interrupted)
+    out = tmp_path / "out.nc"
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(write_spec(GOOD), output=out)
+    assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.suffix == ".toml"]
+
+
+def test_existing_output_is_kept_when_a_rerun_fails(cli, write_spec, tmp_path):
+    out = tmp_path / "out.nc"
+    out.write_bytes(b"previous result")
+    status, _, _ = cli("run", write_spec('model = "resnet50"\nbatch_size = 0\n'), "-o", out)
+    assert status == 2 and out.read_bytes() == b"previous result"
+
+
+def test_key_given_twice_in_two_spellings():
+    with pytest.raises(SpecError, match="given twice"):
+        load_spec({"model": "resnet50", "batch_size": 32, "gpu": "v100", "gpu.name": "a100"})
+
+
+def test_spec_error_is_a_value_error_with_key_and_value():
+    with pytest.raises(SpecError) as info:
+        load_spec({"model": "resnet50", "batch_size": 32, "compute": {"efficiency": 1.5}})
+    assert info.value.key == "compute.efficiency" and info.value.value == 1.5
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_input_through_the_console_script(tmp_path):
+    """The real entry point: no traceback on stderr, status 2."""
+    spec = tmp_path / "bad.toml"
+    spec.write_text('model = "resnet50"\nbatch_size = 32\nnodes = 0\n')
+    result = subprocess.run([sys.executable, "-m", "sweep", "run", str(spec), "-o", str(tmp_path / "o.nc")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "nodes" in result.stderr
+    assert not (tmp_path / "o.nc").exists()

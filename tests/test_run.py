@@ -1,0 +1,122 @@
+"""`run`: the netCDF cube over a grid, its labels, and its physics."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import sweep
+from sweep.explain import explain
+from sweep.spec import load_spec
+
+GRID = """
+model = ["resnet50", "googlenet"]
+nodes = [1, 2]
+batch_size = 32
+gpus_per_node = [1, 4]
+strategy = ["bsp", "wfbp", "mgwfbp"]
+inter.bandwidth = [1e9, 1e10, 1e11]
+inter.alpha = 2e-5
+"""
+
+
+@pytest.fixture(scope="module")
+def cube_path(tmp_path_factory):
+    from sweep.cli import main
+
+    directory = tmp_path_factory.mktemp("run")
+    spec = directory / "grid.toml"
+    spec.write_text(GRID)
+    out = directory / "cube.nc"
+    assert main(["run", str(spec), "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def cube(cube_path):
+    with xr.open_dataset(cube_path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+def test_dims_follow_file_order(cube):
+    assert list(cube["iteration_time"].dims) == ["model", "nodes", "gpus_per_node", "strategy", "inter.bandwidth"]
+    assert list(cube["model"].values) == ["resnet50", "googlenet"]
+    np.testing.assert_array_equal(cube["inter.bandwidth"].values, [1e9, 1e10, 1e11])
+
+
+def test_file_is_netcdf4_hdf5(cube_path):
+    assert cube_path.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
+
+
+def test_every_variable_and_coordinate_is_labelled(cube):
+    names = list(cube.data_vars) + list(cube.coords)
+    assert set(cube.data_vars) == set(sweep_outputs())
+    for name in names:
+        assert "units" in cube[name].attrs, name
+        assert cube[name].attrs.get("long_name"), name
+    assert cube["iteration_time"].attrs["units"] == "s"
+    assert cube["throughput"].attrs["units"] == "samples/s"
+    assert cube["inter.bandwidth"].attrs["units"] == "bytes/s"
+
+
+def sweep_outputs():
+    from kernels import OUTPUTS
+    return OUTPUTS
+
+
+def test_resolved_spec_attribute(cube):
+    import tomllib
+    resolved = tomllib.loads(cube.attrs["spec"])
+    assert resolved["model"] == ["resnet50", "googlenet"]
+    assert resolved["inter"]["bandwidth"] == [1e9, 1e10, 1e11]
+    assert resolved["inter"]["alpha"] == 2e-5
+    assert resolved["iterations"] == 3  # defaults are filled in
+    assert int(cube.attrs["devices"]) == 1
+
+
+def test_one_gpu_has_efficiency_one_and_no_communication(cube):
+    one = cube.sel(nodes=1, gpus_per_node=1)
+    np.testing.assert_allclose(one["scaling_efficiency"], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(one["speedup"], 1.0, rtol=1e-6)
+    assert float(np.abs(one["communication_time"]).max()) == 0.0
+    assert float(np.abs(one["exposed_communication"]).max()) == 0.0
+
+
+def test_more_bandwidth_never_slows_an_iteration(cube):
+    t = cube["iteration_time"].values
+    assert (np.diff(t, axis=-1) <= 1e-7 * t[..., 1:]).all()
+    # ...and it does speed up some multi-GPU configurations.
+    assert (np.diff(t, axis=-1) < -1e-3 * t[..., 1:]).any()
+
+
+def test_throughput_and_efficiency_are_consistent(cube):
+    workers = cube["nodes"] * cube["gpus_per_node"]
+    dims = cube["throughput"].dims
+    np.testing.assert_allclose(cube["throughput"], (workers * 32 / cube["iteration_time"]).transpose(*dims),
+                               rtol=1e-5)
+    np.testing.assert_allclose(cube["speedup"], (workers * cube["scaling_efficiency"]).transpose(*dims), rtol=1e-5)
+    assert float(cube["scaling_efficiency"].max()) <= 1.0 + 1e-6
+    exposed = cube["exposed_communication"]
+    assert float(exposed.min()) >= -1e-7
+    assert (exposed <= cube["communication_time"] * (1 + 1e-5) + 1e-9).all()
+
+
+def test_cube_agrees_with_explain_point_by_point(cube):
+    for model, nodes, gpus, strategy, bw in itertools.product(*(cube[d].values for d in cube["iteration_time"].dims)):
+        point = {"model": str(model), "nodes": int(nodes), "batch_size": 32, "gpus_per_node": int(gpus),
+                 "strategy": str(strategy), "inter": {"bandwidth": float(bw), "alpha": 2e-5}}
+        doc = explain(load_spec(point))
+        cell = cube.sel(model=model, nodes=nodes, gpus_per_node=gpus, strategy=strategy)
+        cell = cell.sel({"inter.bandwidth": bw})
+        assert float(cell["iteration_time"]) == pytest.approx(doc["iteration_time"], rel=2e-5)
+        for name in ("communication_time", "compute_time", "io_time", "throughput"):
+            assert float(cell[name]) == pytest.approx(doc["breakdown"][name], rel=2e-5, abs=1e-9)
+
+
+def test_python_api_returns_the_same_cube(cube, tmp_path):
+    import tomllib
+    out = tmp_path / "api.nc"
+    ds = sweep.run(tomllib.loads(GRID), output=out)
+    assert out.exists()
+    xr.testing.assert_allclose(ds["iteration_time"], cube["iteration_time"])
