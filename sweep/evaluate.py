@@ -24,7 +24,12 @@ DEFAULT_CHUNK = 1 << 14
 
 
 @jax.jit
-def _outputs(dag, params):
+def evaluate_params(dag, params):
+    """Outputs ([C] arrays) for explicit per-configuration parameter arrays.
+
+    `params` is what `sweep.params.kernel_params` returns, possibly edited
+    (e.g. a bisection over `inter_bandwidth`); `dag` from `compile_zoo_model`.
+    """
     return iteration_outputs(dag, params)
 
 
@@ -60,7 +65,7 @@ def evaluate_grid(spec: Spec, chunk: int = DEFAULT_CHUNK) -> dict[str, np.ndarra
             indices = {spec.axes[i].key: idx for i, idx in zip(inner_axes, per_axis)}
             indices.update({spec.axes[i].key: np.full(chunk, j) for i, j in zip(group_axes, group_index)})
             params = kernel_params(grid_columns(spec, indices, chunk), model, chunk)
-            out = _outputs(dag, params)
+            out = evaluate_params(dag, params)
             for name in spec.outputs:
                 flat[name][start:stop] = np.asarray(out[name])[: stop - start]
         # Place this group's block into the full grid.
