@@ -9,8 +9,8 @@ def efficiency(batch, eff_max, b_half):
     return eff_max * batch / (batch + b_half)
 
 
-def layer_times(layer_flops, total_params, p):
-    """(forward [L, C], backward [L, C], update [C]) in seconds.
+def compute_scales(total_flops, total_params, p):
+    """(forward seconds per FLOP [C], backward seconds per FLOP [C], update [C]).
 
     forward_l = B * flops_l / (peak * eff(B)); backward = bwd_ratio * forward;
     update = bytes moved per parameter * params / memory bandwidth (memory-bound).
@@ -18,15 +18,20 @@ def layer_times(layer_flops, total_params, p):
     one GPU computes B samples in exactly B / measured_throughput seconds.
     """
     batch = p["batch_size"]
-    rate = p["peak_flops"] * efficiency(batch, p["efficiency"], p["b_half"])
-    forward = layer_flops[:, None] * (batch / rate)[None, :]
+    forward = batch / (p["peak_flops"] * efficiency(batch, p["efficiency"], p["b_half"]))
     backward = forward * p["bwd_ratio"]
     update = p["update_bytes_per_param"] * total_params / p["memory_bandwidth"]
 
     measured = p["measured_throughput"]
-    modelled = forward.sum(0) + backward.sum(0) + update
+    modelled = total_flops * (forward + backward) + update
     scale = jnp.where(measured > 0, batch / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
     return forward * scale, backward * scale, update * scale
+
+
+def layer_times(layer_flops, total_params, p):
+    """(forward [L, C], backward [L, C], update [C]) in seconds."""
+    forward, backward, update = compute_scales(layer_flops.sum(), total_params, p)
+    return layer_flops[:, None] * forward, layer_flops[:, None] * backward, update
 
 
 def input_times(p):
