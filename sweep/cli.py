@@ -39,7 +39,16 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="one configuration in full: tasks, critical path, breakdown")
     explain.add_argument("spec", help="scenario file (TOML) with a single configuration")
     explain.add_argument("--json", action="store_true", help="print the JSON document alone")
+    explain.add_argument("--plot", metavar="OUT.png", help="also draw a Gantt chart of one steady-state iteration")
+    explain.add_argument("--trace", metavar="OUT.json",
+                         help="also write the timeline as Chrome trace events (Perfetto, chrome://tracing)")
     explain.set_defaults(handler=_explain)
+
+    plot = sub.add_parser("plot", help="quick-look figure of a cube: line, heatmap, facets")
+    plot.add_argument("cube", help="netCDF cube written by run or demo")
+    plot.add_argument("-o", "--output", help="figure file (default: the cube's name with .png)")
+    plot.add_argument("--var", help="variable to draw (default: the first float variable)")
+    plot.set_defaults(handler=_plot)
 
     models = sub.add_parser("models", help="list the model zoo")
     models.add_argument("--json", action="store_true", help="print the zoo as JSON, layer by layer")
@@ -73,10 +82,34 @@ def _run(args) -> int:
 
 def _explain(args) -> int:
     from sweep.explain import explain, format_explain
+    from sweep.report import FIGURE_SUFFIXES, check_output
     from sweep.spec import load_spec
 
+    # Check every output before the work, so bad paths fail fast and write nothing.
+    plot = check_output("--plot", args.plot, FIGURE_SUFFIXES) if args.plot else None
+    trace = check_output("--trace", args.trace, (".json",)) if args.trace else None
     doc = explain(load_spec(args.spec))
+    if plot:
+        from sweep.gantt import plot_gantt
+
+        plot_gantt(doc, plot)
+        print(f"wrote {plot}", file=sys.stderr)
+    if trace:
+        from sweep.chrome_trace import write_trace
+
+        write_trace(doc, trace)
+        print(f"wrote {trace}", file=sys.stderr)
     print(json.dumps(doc) if args.json else format_explain(doc))
+    return 0
+
+
+def _plot(args) -> int:
+    from sweep.quicklook import plot_cube
+
+    written, notes = plot_cube(args.cube, args.output, args.var)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {written}", file=sys.stderr)
     return 0
 
 
