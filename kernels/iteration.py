@@ -97,7 +97,8 @@ def iteration_outputs(dag, p):
         "communication_time": busy,
         "exposed_communication": t - t_free_comm,
         "io_time": io_time,
-        "bottleneck": jnp.argmax(jnp.stack([compute_time, busy, io_time]), axis=0).astype(jnp.int32),
+        "bottleneck": jnp.argmax(jnp.stack(jnp.broadcast_arrays(compute_time, busy, io_time)), axis=0)
+        .astype(jnp.int32),
     }
 
 

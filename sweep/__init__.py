@@ -1,26 +1,64 @@
 """ssgd-sweep: the DAG model of synchronous data-parallel SGD, swept with JAX.
 
 `run(spec, output=None)` evaluates a scenario (a TOML path or a mapping) over
-its whole grid and returns a labelled xarray Dataset, written to `output` as
-netCDF when given.
+its whole grid (or sample) and returns a labelled xarray Dataset, streamed to
+`output` as netCDF when given.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
 
-def run(spec, output=None, chunk: int | None = None):
-    """Evaluate a scenario; return the cube (and write it when `output` is given)."""
-    from sweep.cube import make_cube, write_cube
-    from sweep.evaluate import DEFAULT_CHUNK, evaluate_grid
+def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=None):
+    """Evaluate a scenario; return the cube.
+
+    With `output`, results stream into `output.partial` chunk by chunk and the
+    file is renamed to `output` when complete; an interrupted run resumes from
+    its completed chunks when called again with the same scenario and output.
+    The returned Dataset then reads lazily from the file.
+    """
+    import xarray as xr
+
+    from sweep.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
+    from sweep.plan import Plan
     from sweep.spec import Spec, load_spec
+    from sweep.store import MemoryStore, NetcdfStore, fingerprint, make_layout
 
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    results = evaluate_grid(spec, chunk or DEFAULT_CHUNK)
-    cube = make_cube(spec, results, devices=1)
-    if output is not None:
-        write_cube(cube, output)
-    return cube
+    devices = visible_devices()
+    target = chunk or DEFAULT_CHUNK
+    plan = Plan(spec, target, multiple=devices.count)
+    first = next(plan.chunks())
+    layout = make_layout(spec, devices.count, _disk_chunks(plan.box_shape(first), first.box, spec.shape))
+    if output is None:
+        store = MemoryStore(layout)
+    elif devices.leader:
+        store = NetcdfStore(output, layout, fingerprint(spec, plan.length, target), log)
+    else:
+        store = MemoryStore.__new__(MemoryStore)  # other processes compute, process 0 writes
+        store.completed = set()
+    progress = make_progress(spec.size, quiet or not devices.leader)
+    try:
+        run_plan(spec, store, plan, devices, progress)
+    except BaseException:
+        if devices.leader:
+            store.abort()
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
+    if output is None:
+        return store.finish()
+    if devices.leader:
+        store.finish()
+        return xr.open_dataset(output, engine="h5netcdf")
+    return None
+
+
+def _disk_chunks(block_shape, box, shape) -> tuple[int, ...]:
+    """On-disk chunk shape: one compute chunk's box (1 along fixed axes)."""
+    dims = iter(block_shape)
+    return tuple(max(1, min(next(dims), n)) if isinstance(b, slice) else 1 for b, n in zip(box, shape))
 
 
 __all__ = ["run", "__version__"]

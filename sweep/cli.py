@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="evaluate a scenario over its grid and write a netCDF cube")
     run.add_argument("spec", help="scenario file (TOML)")
     run.add_argument("-o", "--output", required=True, help="output netCDF file")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--chunk", type=int, default=None, metavar="N",
+                     help="configurations per chunk (default 262144): bounds memory per step")
+    run.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator (multi-process)")
+    run.add_argument("--num-processes", type=int, default=1, metavar="N", help="processes in the cluster")
+    run.add_argument("--process-id", type=int, default=0, metavar="I", help="this process's rank")
     run.set_defaults(handler=_run)
 
     explain = sub.add_parser("explain", help="one configuration in full: tasks, critical path, breakdown")
@@ -74,9 +80,28 @@ def _run(args) -> int:
     from sweep.spec import load_spec
 
     output = _check_output(args.output)
+    if args.chunk is not None and args.chunk < 1:
+        raise SpecError("--chunk", args.chunk, "must be >= 1")
     spec = load_spec(args.spec)
-    cube = sweep.run(spec, output)
-    print(f"wrote {output}: {spec.size} configurations, dims {dict(cube.sizes)}", file=sys.stderr)
+    if args.coordinator:
+        from sweep.devices import join_cluster
+        join_cluster(args.coordinator, args.num_processes, args.process_id)
+    elif args.num_processes != 1:
+        raise SpecError("--coordinator", None, "required with --num-processes > 1")
+
+    def log(message):
+        if not args.quiet:
+            print(f"ssgd-sweep: {message}", file=sys.stderr)
+
+    try:
+        cube = sweep.run(spec, output, chunk=args.chunk, quiet=args.quiet, log=log)
+    except KeyboardInterrupt:
+        print(f"ssgd-sweep: interrupted; run the same command again to resume into {output}", file=sys.stderr)
+        return 130
+    if cube is not None:
+        log(f"wrote {output}: {spec.size:,} configurations, dims {dict(cube.sizes)}, "
+            f"{cube.attrs['devices']} device(s)")
+        cube.close()
     return 0
 
 

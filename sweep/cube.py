@@ -1,4 +1,4 @@
-"""Result cubes: labelled xarray Datasets, written atomically as netCDF."""
+"""Result cubes: labels for their variables, in-memory assembly, atomic writes."""
 from __future__ import annotations
 
 import os
@@ -7,10 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
-
-from kernels.codes import BOTTLENECKS
-from sweep.schema import KEYS
-from sweep.spec import Spec
 
 # name -> (units, long_name)
 OUTPUT_ATTRS = {
@@ -26,28 +22,13 @@ OUTPUT_ATTRS = {
 }
 
 
-def make_cube(spec: Spec, results: dict[str, np.ndarray], devices: int = 1) -> xr.Dataset:
-    dims = [a.name for a in spec.axes]
-    coords = {}
-    for axis in spec.axes:
-        key = KEYS[axis.key]
-        values = np.asarray(axis.values, dtype=object if key.kind is str else None)
-        if key.kind is str:
-            values = values.astype(str)
-        coords[axis.name] = (axis.name, values, {"units": key.units, "long_name": key.long_name})
-    data_vars = {}
-    for name, array in results.items():
-        units, long_name = OUTPUT_ATTRS[name]
-        attrs = {"units": units, "long_name": long_name}
-        if name == "bottleneck":
-            attrs.update(flag_values=np.arange(len(BOTTLENECKS), dtype=np.int8),
-                         flag_meanings=" ".join(BOTTLENECKS))
-        data_vars[name] = (dims, array, attrs)
-    return xr.Dataset(data_vars, coords=coords, attrs={
-        "title": "ssgd-sweep result cube",
-        "spec": spec.to_toml(),
-        "devices": devices,
-    })
+def make_cube(spec, results: dict[str, np.ndarray], devices: int = 1) -> xr.Dataset:
+    """A labelled Dataset from full-grid result arrays (shaped `spec.shape`)."""
+    from sweep.store import MemoryStore, make_layout
+
+    store = MemoryStore(make_layout(spec, devices, tuple(1 for _ in spec.shape)))
+    store.arrays.update({name: np.asarray(values) for name, values in results.items()})
+    return store.finish()
 
 
 def write_cube(cube: xr.Dataset, path: str | os.PathLike) -> None:

@@ -1,26 +1,33 @@
-"""Evaluate a grid sweep: group by DAG structure, run fixed-size chunks.
+"""Evaluate a sweep chunk by chunk, streaming results to a store.
 
-Configurations that share a model, sequence length and iteration count share
-one compiled DAG. Within a group every other swept key varies per
-configuration inside the kernel. Chunks have a fixed size (the last one is
-padded by repeating its final configuration), so a group compiles once.
+Chunks come from `sweep.plan.Plan`; each chunk's scenario values are resolved
+to kernel parameters on the host, sharded over every device, and evaluated by
+one jitted kernel per DAG shape. Chunk i+1 is dispatched before chunk i's
+results are fetched and written, so the devices compute while the host writes.
 """
 from __future__ import annotations
 
-import itertools
-import math
+import collections
+import functools
+import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from kernels.iteration import iteration_outputs
 from sweep import zoo
 from sweep.compiler import compile_zoo_model
-from sweep.params import grid_columns, kernel_params
-from sweep.schema import KEYS, STRUCTURAL
+from sweep.devices import Devices, visible_devices
+from sweep.params import kernel_params
+from sweep.plan import Plan
+from sweep.schema import KEYS
 from sweep.spec import Spec
 
-DEFAULT_CHUNK = 1 << 14
+DEFAULT_CHUNK = 1 << 18
+
+# Traces of the sweep kernel per output selection: tests assert there are no recompiles.
+TRACES: collections.Counter = collections.Counter()
 
 
 @jax.jit
@@ -33,46 +40,66 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
+@functools.partial(jax.jit, static_argnames=("outputs", "size"))
+def _sweep_kernel(dag, params, outputs, size):
+    TRACES[outputs] += 1  # runs only while tracing
+    out = iteration_outputs(dag, params)
+    # Outputs that depend on single-valued keys only come out as [1]: broadcast.
+    return {name: jnp.broadcast_to(out[name], (size,)) for name in outputs}
+
+
 def structural_value(spec: Spec, key: str, values: dict[str, object]):
+    """A structural key's value: from `values` (a grid point), else fixed or default."""
     if key in values:
         return values[key]
     return spec.fixed.get(key, KEYS[key].default)
 
 
-def evaluate_grid(spec: Spec, chunk: int = DEFAULT_CHUNK) -> dict[str, np.ndarray]:
-    """Every requested output over the full grid, shaped `spec.shape`."""
-    results = {name: np.empty(spec.shape, np.int8 if name == "bottleneck" else np.float32)
-               for name in spec.outputs}
-    group_axes = [i for i, a in enumerate(spec.axes) if a.key in STRUCTURAL]
-    inner_axes = [i for i, a in enumerate(spec.axes) if a.key not in STRUCTURAL]
-    inner_shape = tuple(len(spec.axes[i].values) for i in inner_axes)
-    inner_size = math.prod(inner_shape)
-    # Small sweeps use the next power of two: few distinct shapes, little padding.
-    chunk = min(chunk, 1 << max(0, (inner_size - 1).bit_length()))
-    for group_index in itertools.product(*(range(len(spec.axes[i].values)) for i in group_axes)):
-        chosen = {spec.axes[i].key: spec.axes[i].values[j] for i, j in zip(group_axes, group_index)}
-        name = structural_value(spec, "model", chosen)
-        seq_len = structural_value(spec, "seq_len", chosen)
-        iterations = structural_value(spec, "iterations", chosen)
-        model = zoo.get_model(name, seq_len)
-        dag, _ = compile_zoo_model(name, seq_len, iterations)
-        flat = {name: np.empty(inner_size, results[name].dtype) for name in spec.outputs}
-        for start in range(0, inner_size, chunk):
-            stop = min(start + chunk, inner_size)
-            # Pad to a full chunk by repeating the last configuration: one compile per group.
-            flat_index = np.minimum(np.arange(start, start + chunk), stop - 1)
-            per_axis = np.unravel_index(flat_index, inner_shape) if inner_shape else ()
-            indices = {spec.axes[i].key: idx for i, idx in zip(inner_axes, per_axis)}
-            indices.update({spec.axes[i].key: np.full(chunk, j) for i, j in zip(group_axes, group_index)})
-            params = kernel_params(grid_columns(spec, indices, chunk), model, chunk)
-            out = evaluate_params(dag, params)
-            for name in spec.outputs:
-                flat[name][start:stop] = np.asarray(out[name])[: stop - start]
-        # Place this group's block into the full grid.
-        selector = [slice(None)] * len(spec.axes)
-        for i, j in zip(group_axes, group_index):
-            selector[i] = j
-        for name in spec.outputs:
-            block = flat[name].reshape(inner_shape)
-            results[name][tuple(selector)] = block
-    return results
+def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> None:
+    """Evaluate every chunk of `plan` not yet in `store.completed`."""
+    done = np.zeros(plan.num_chunks, bool)
+    done[list(store.completed)] = True
+    done = devices.agree(done)
+    pending = None
+    for chunk in plan.chunks():
+        if done[chunk.id]:
+            if progress is not None:
+                progress.update(chunk.size)
+            continue
+        out, sampled = _dispatch(spec, plan, chunk, devices)
+        if pending is not None:
+            _finish(*pending, plan, store, devices, progress)
+        pending = (chunk, out, sampled)
+    if pending is not None:
+        _finish(*pending, plan, store, devices, progress)
+
+
+def _dispatch(spec, plan, chunk, devices):
+    s = chunk.structure
+    model = zoo.get_model(s["model"], s["seq_len"])
+    dag, _ = compile_zoo_model(s["model"], s["seq_len"], s["iterations"])
+    columns, sampled = plan.columns(chunk)
+    params = devices.put(kernel_params(columns, model, chunk.padded, compact=True))
+    return _sweep_kernel(dag, params, spec.outputs, chunk.padded), sampled  # asynchronous
+
+
+def _finish(chunk, out, sampled, plan, store, devices, progress):
+    results = devices.fetch(out)
+    if devices.leader:
+        shape = plan.box_shape(chunk)
+        block = {name: values[:chunk.size].reshape(shape) for name, values in results.items()}
+        store.write(chunk, block, sampled)
+    if progress is not None:
+        progress.update(chunk.size)
+
+
+def make_progress(total: int, quiet: bool):
+    """A progress bar on a terminal (configurations, rate, time left); none otherwise."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="cfg", unit_scale=True, file=sys.stderr, smoothing=0.1)
+
+
+__all__ = ["DEFAULT_CHUNK", "TRACES", "evaluate_params", "make_progress", "run_plan", "visible_devices"]

@@ -23,11 +23,13 @@ DEFAULT_PREFETCH = True
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-    values: tuple
+    values: tuple | np.ndarray  # distinct values (a tuple), or sampled numbers (an array)
     index: np.ndarray  # [C] into values
 
-    def map(self, fn=lambda v: v, dtype=np.float64) -> np.ndarray:
-        table = np.asarray([fn(v) for v in self.values], dtype)
+    def map(self, fn=None, dtype=np.float64) -> np.ndarray:
+        if fn is None and isinstance(self.values, np.ndarray):
+            return self.values.astype(dtype, copy=False)[self.index]
+        table = np.asarray([v if fn is None else fn(v) for v in self.values], dtype)
         return table[self.index]
 
 
@@ -41,14 +43,27 @@ def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size: int) -> 
 
 
 def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
-                  dtype=np.float32) -> dict[str, np.ndarray]:
-    """The kernels' parameter arrays (`kernels.iteration.PARAMS`) for `size` configurations."""
+                  dtype=np.float32, compact: bool = False) -> dict[str, np.ndarray]:
+    """The kernels' parameter arrays (`kernels.iteration.PARAMS`) for `size` configurations.
 
-    def get(key: str, fn=lambda v: v, dtype=np.float64) -> np.ndarray:
+    With `compact`, a parameter that depends only on single-valued keys is a
+    [1] array that broadcasts: less to build, copy and shard. Which parameters
+    are compact depends on the scenario alone, so chunk shapes stay fixed.
+    """
+    if compact:
+        size_of = {key: 1 if isinstance(c.values, tuple) and len(c.values) == 1 else size
+                   for key, c in columns.items()}
+    else:
+        size_of = {key: size for key in columns}
+    default_size = 1 if compact else size
+
+    def get(key: str, fn=None, dtype=np.float64) -> np.ndarray:
         column = columns.get(key)
         if column is None:
-            return np.full(size, fn(KEYS[key].default), dtype)
-        return column.map(fn, dtype)
+            default = KEYS[key].default
+            return np.full(default_size, default if fn is None else fn(default), dtype)
+        values = column.map(fn, dtype)
+        return values[:1] if size_of[key] == 1 else values
 
     def given_or(key: str, fallback: np.ndarray) -> np.ndarray:
         return get(key) if key in columns else fallback
@@ -58,7 +73,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
             return get(key, encode)
         if "preset" in columns:
             return get("preset", lambda name: encode(getattr(presets.PRESETS[name], field)))
-        return np.full(size, encode(default), np.float64)
+        return np.full(default_size, encode(default), np.float64)
 
     nodes = get("nodes")
     gpus_per_node = get("gpus_per_node")
@@ -76,11 +91,11 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         "efficiency": get("compute.efficiency"),
         "b_half": get("compute.b_half"),
         "bwd_ratio": get("compute.bwd_ratio"),
-        "measured_throughput": given_or("compute.measured_throughput", np.zeros(size)),
+        "measured_throughput": given_or("compute.measured_throughput", np.zeros(default_size)),
         "update_bytes_per_param": get("compute.update_bytes_per_param"),
         "grad_bytes": get("grad_bytes"),
         "io_time_per_sample": get("io.time_per_sample"),
-        "sample_bytes": given_or("io.sample_bytes", np.full(size, float(model.input_bytes))),
+        "sample_bytes": given_or("io.sample_bytes", np.full(default_size, float(model.input_bytes))),
         "prefetch": from_preset("io.prefetch", "prefetch", DEFAULT_PREFETCH, float),
         "strategy": from_preset("strategy", "strategy", DEFAULT_STRATEGY, STRATEGIES.index),
         "algorithm": from_preset("algorithm", "algorithm", DEFAULT_ALGORITHM, ALGORITHMS.index),

@@ -17,6 +17,7 @@ import tomli_w
 
 from kernels.iteration import OUTPUTS
 from sweep import zoo
+from sweep.sample import Sample, parse_sample
 from sweep.schema import KEYS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonical, check_value
 
 # Top-level keys that are not model parameters.
@@ -30,15 +31,23 @@ class Axis:
     values: tuple
 
 
+SAMPLE_DIM = "config"
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     fixed: Mapping[str, object]  # canonical key -> value
-    axes: tuple[Axis, ...]
+    axes: tuple[Axis, ...]  # grid axes, in file order
     outputs: tuple[str, ...]
+    sample: Sample | None = None  # adds a last `config` dimension
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes) + ((SAMPLE_DIM,) if self.sample else ())
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(len(a.values) for a in self.axes)
+        return tuple(len(a.values) for a in self.axes) + ((self.sample.n,) if self.sample else ())
 
     @property
     def size(self) -> int:
@@ -48,8 +57,9 @@ class Spec:
         return next((a for a in self.axes if a.key == key), None)
 
     def given(self, key: str) -> bool:
-        """Whether the scenario sets `key` (fixed or swept)."""
-        return key in self.fixed or self.axis(key) is not None
+        """Whether the scenario sets `key` (fixed, swept or sampled)."""
+        sampled = self.sample is not None and any(d.key == key for d in self.sample.dimensions)
+        return key in self.fixed or self.axis(key) is not None or sampled
 
     def point(self, index: tuple[int, ...]) -> dict[str, object]:
         """Every given key's value at one grid index."""
@@ -63,6 +73,8 @@ class Spec:
         flat.update(self.fixed)
         flat.update({a.key: list(a.values) for a in self.axes})
         nested: dict = {"outputs": list(self.outputs)}
+        if self.sample is not None:
+            nested["sample"] = sample_table(self.sample)
         for key, value in flat.items():
             *tables, leaf = key.split(".")
             node = nested
@@ -82,7 +94,8 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     axes: list[Axis] = []
     written_as: dict[str, str] = {}
     outputs = tuple(OUTPUTS)
-    for written, value in _flatten(raw):
+    sample_raw = raw.get("sample")
+    for written, value in _flatten({k: v for k, v in raw.items() if k != "sample"}):
         if written == "outputs":
             outputs = _check_outputs(value)
             continue
@@ -94,10 +107,19 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
             axes.append(Axis(written, key, _check_axis(written, value)))
         else:
             fixed[key] = check_value(written, value)
-    spec = Spec(fixed, tuple(axes), outputs)
+    sample = parse_sample(sample_raw, set(written_as)) if sample_raw is not None else None
+    spec = Spec(fixed, tuple(axes), outputs, sample)
     _check_required(spec)
     _check_models(spec)
     return spec
+
+
+def sample_table(sample: Sample) -> dict:
+    """The `[sample]` table of a Sample, as it would be written."""
+    table: dict = {"n": sample.n, "method": sample.method, "seed": sample.seed}
+    for d in sample.dimensions:
+        table[d.key] = list(d.choices) if d.choices is not None else {"min": d.low, "max": d.high, "scale": d.scale}
+    return table
 
 
 def _read_toml(path: Path) -> dict:
@@ -115,8 +137,6 @@ def _flatten(table: Mapping, prefix: str = ""):
     """(dotted key, value) pairs in file order."""
     for name, value in table.items():
         key = f"{prefix}{name}"
-        if key == "sample":
-            raise SpecError("sample", value, "sampled sweeps are not supported yet; give a grid of lists")
         if isinstance(value, Mapping):
             if not prefix and key in CONTROL_KEYS:
                 raise SpecError(key, value, "must be a list")

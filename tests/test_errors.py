@@ -71,22 +71,6 @@ def test_explain_refuses_a_grid(cli, write_spec):
     assert status == 2 and "nodes" in stderr and "one configuration" in stderr
 
 
-def test_interrupted_write_leaves_nothing(write_spec, tmp_path, monkeypatch):
-    """A failure while writing (here: an interrupt) removes the partial file."""
-    import sweep
-    import xarray as xr
-
-    def interrupted(self, path, *args, **kwargs):
-        open(path, "wb").write(b"partial")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", interrupted)
-    out = tmp_path / "out.nc"
-    with pytest.raises(KeyboardInterrupt):
-        sweep.run(write_spec(GOOD), output=out)
-    assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.suffix == ".toml"]
-
-
 def test_existing_output_is_kept_when_a_rerun_fails(cli, write_spec, tmp_path):
     out = tmp_path / "out.nc"
     out.write_bytes(b"previous result")

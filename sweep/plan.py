@@ -1,0 +1,129 @@
+"""Split a sweep into chunks: fixed-size boxes of the result cube.
+
+Configurations that share a model, sequence length and iteration count (the
+structural keys) share a compiled DAG, so the cube is walked group by group.
+Inside a group, a chunk is a box: fixed indices on the leading inner axes, a
+range along one axis, and every trailing axis in full, sized to at most
+`target` configurations. Boxes map to hyperslabs of the netCDF variables, and
+every chunk of a group pads to the same length, so a group compiles once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+
+from sweep.params import Column
+from sweep.schema import KEYS, STRUCTURAL
+from sweep.spec import Spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    id: int
+    structure: dict  # structural key -> value, for this chunk's group
+    box: tuple  # per cube dimension: an int, or a slice
+    size: int  # configurations in the box
+    padded: int  # configurations evaluated (size, padded to the chunk length)
+
+
+class Plan:
+    """The chunks of a sweep, and the columns (scenario values) of each."""
+
+    def __init__(self, spec: Spec, target: int, multiple: int = 1):
+        self.spec = spec
+        grid = list(spec.axes)
+        self.group_axes = [i for i, a in enumerate(grid) if a.key in STRUCTURAL]
+        self.inner_axes = [i for i, a in enumerate(grid) if a.key not in STRUCTURAL]
+        if spec.sample is not None:
+            self.inner_axes.append(len(grid))  # the `config` dimension, last
+        inner_shape = [spec.shape[i] for i in self.inner_axes]
+        # Split along the first inner axis whose trailing block fits the target.
+        self.split, self.step, self.trailing = len(inner_shape), 1, 1
+        for j in range(len(inner_shape) - 1, -1, -1):
+            if inner_shape[j] * self.trailing > target:
+                self.split, self.step = j, max(1, target // self.trailing)
+                break
+            self.trailing *= inner_shape[j]
+        else:
+            self.split, self.step, self.trailing = 0, inner_shape[0] if inner_shape else 1, \
+                self.trailing // (inner_shape[0] if inner_shape else 1)
+        self.inner_shape = inner_shape
+        self.length = _round_up(self.step * self.trailing, multiple)
+
+    def chunks(self):
+        spec, shape = self.spec, self.spec.shape
+        group_ranges = [range(shape[i]) for i in self.group_axes]
+        leading = [range(self.inner_shape[j]) for j in range(self.split)]
+        split_len = self.inner_shape[self.split] if self.inner_shape else 1
+        chunk_id = 0
+        for group in itertools.product(*group_ranges):
+            structure = {spec.axes[i].key: spec.axes[i].values[g] for i, g in zip(self.group_axes, group)}
+            for key in STRUCTURAL:
+                structure.setdefault(key, spec.fixed.get(key, KEYS[key].default))
+            for lead in itertools.product(*leading):
+                for start in range(0, split_len, self.step):
+                    stop = min(start + self.step, split_len)
+                    box: list = [slice(None)] * len(shape)
+                    for i, g in zip(self.group_axes, group):
+                        box[i] = g
+                    for j, index in enumerate(lead):
+                        box[self.inner_axes[j]] = index
+                    if self.inner_shape:
+                        box[self.inner_axes[self.split]] = slice(start, stop)
+                    size = (stop - start) * self.trailing
+                    yield Chunk(chunk_id, structure, tuple(box), size, self.length)
+                    chunk_id += 1
+
+    @property
+    def num_chunks(self) -> int:
+        groups = math.prod(self.spec.shape[i] for i in self.group_axes)
+        leading = math.prod(self.inner_shape[:self.split])
+        split_len = self.inner_shape[self.split] if self.inner_shape else 1
+        return groups * leading * math.ceil(split_len / self.step)
+
+    def box_shape(self, chunk: Chunk) -> tuple[int, ...]:
+        """Shape of the chunk's results as a block of the cube (ints dropped)."""
+        shape = self.spec.shape
+        return tuple(len(range(*b.indices(shape[i]))) for i, b in enumerate(chunk.box) if isinstance(b, slice))
+
+    def indices(self, chunk: Chunk) -> dict[int, np.ndarray]:
+        """Per cube dimension, the index of each configuration of the chunk
+        (padded by repeating the last configuration)."""
+        shape = self.spec.shape
+        ranges = [np.arange(*b.indices(shape[i])) if isinstance(b, slice) else np.array([b])
+                  for i, b in enumerate(chunk.box)]
+        mesh = np.meshgrid(*ranges, indexing="ij")
+        pad = np.minimum(np.arange(chunk.padded), chunk.size - 1)
+        return {i: m.reshape(-1)[pad] for i, m in enumerate(mesh)}
+
+    def columns(self, chunk: Chunk) -> tuple[dict[str, Column], dict[str, np.ndarray]]:
+        """Columns of every given key for the chunk's configurations, and the
+        sampled values per configuration (unpadded), for the cube's coordinates."""
+        spec = self.spec
+        index = self.indices(chunk)
+        constant = np.zeros(chunk.padded, np.int64)
+        columns = {key: Column((value,), constant) for key, value in spec.fixed.items()}
+        for i, axis in enumerate(spec.axes):
+            columns[axis.key] = Column(axis.values, index[i])
+        sampled: dict[str, np.ndarray] = {}
+        if spec.sample is not None:
+            config = chunk.box[-1]
+            first, last = config.indices(spec.sample.n)[:2]
+            draws = spec.sample.uniforms(first, last)
+            position = index[len(spec.axes)] - first
+            for d, dim in enumerate(spec.sample.dimensions):
+                values = dim.values(draws[:, d])
+                if dim.choices is not None:
+                    columns[dim.key] = Column(dim.choices, values[position])
+                    sampled[dim.name] = np.asarray(dim.choices)[values]
+                else:
+                    columns[dim.key] = Column(values, position)
+                    sampled[dim.name] = values
+        return columns, sampled
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple

@@ -1,0 +1,236 @@
+"""Chunked, streamed, resumable sweeps; sampled sweeps; no recompiles."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import sweep
+from sweep import evaluate
+from sweep.explain import explain
+from sweep.spec import load_spec
+from sweep.store import NetcdfStore
+
+GRID = {
+    "model": ["alexnet", "googlenet"],
+    "batch_size": [8, 32, 64],
+    "nodes": [1, 2, 3, 4, 8],
+    "gpus_per_node": [1, 4],
+    "strategy": ["bsp", "wfbp", "fusion", "mgwfbp"],
+    "inter": {"bandwidth": [1e9, 1e10, 1e11]},
+}
+
+
+def open_cube(path):
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+@pytest.fixture(scope="module")
+def reference_cube():
+    return sweep.run(GRID)
+
+
+def test_chunking_does_not_change_results(reference_cube):
+    chunked = sweep.run(GRID, chunk=7)  # odd chunk: boxes split mid-axis, last ones padded
+    xr.testing.assert_identical(chunked, reference_cube)
+
+
+def test_one_compile_per_dag_shape():
+    spec = {**GRID, "outputs": ["iteration_time", "speedup"]}
+    evaluate.TRACES.clear()
+    sweep.run(spec, chunk=16)  # 2 models x 23 chunks each
+    key = ("iteration_time", "speedup")
+    assert evaluate.TRACES[key] <= 2
+    sweep.run(spec, chunk=16)
+    assert evaluate.TRACES[key] <= 2  # a rerun compiles nothing
+
+
+def test_streamed_file_equals_in_memory_cube(tmp_path, reference_cube):
+    out = tmp_path / "cube.nc"
+    sweep.run(GRID, output=out, chunk=50).close()
+    assert not (tmp_path / "cube.nc.partial").exists()
+    assert not (tmp_path / "cube.nc.partial.json").exists()
+    xr.testing.assert_identical(open_cube(out), reference_cube)
+    with xr.open_dataset(out, engine="h5netcdf") as ds:
+        encoding = ds["iteration_time"].encoding
+        assert encoding.get("zlib") or encoding.get("compression") == "gzip"
+        assert encoding["chunksizes"] is not None
+
+
+def test_interrupted_sweep_leaves_nothing_and_resumes(tmp_path, monkeypatch, reference_cube):
+    out = tmp_path / "cube.nc"
+    real_write = NetcdfStore.write
+    writes = []
+
+    def interrupt_after_three(self, chunk, block, sampled):
+        if len(writes) == 3:
+            raise KeyboardInterrupt
+        writes.append(chunk.id)
+        real_write(self, chunk, block, sampled)
+
+    monkeypatch.setattr(NetcdfStore, "write", interrupt_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(GRID, output=out, chunk=50)
+    assert not out.exists()
+    journal = json.loads((tmp_path / "cube.nc.partial.json").read_text())
+    assert journal["completed"] == writes == [0, 1, 2]
+
+    monkeypatch.setattr(NetcdfStore, "write", lambda self, c, b, s: (writes.append(c.id), real_write(self, c, b, s)))
+    sweep.run(GRID, output=out, chunk=50).close()
+    assert sorted(writes[3:]) == list(range(3, max(writes) + 1))  # only the missing chunks ran
+    xr.testing.assert_identical(open_cube(out), reference_cube)
+
+
+def test_a_different_sweep_does_not_resume_a_stale_partial(tmp_path, monkeypatch):
+    out = tmp_path / "cube.nc"
+    monkeypatch.setattr(NetcdfStore, "write", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run({**GRID, "batch_size": 16}, output=out)
+    monkeypatch.undo()
+    sweep.run(GRID, output=out).close()
+    cube = open_cube(out)
+    assert list(cube["batch_size"].values) == [8, 32, 64]
+
+
+BIG = """
+model = "resnet50"
+strategy = "wfbp"
+algorithm = "ring"
+batch_size = [8, 16, 32, 64, 128, 256, 512, 1024]
+nodes = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+gpus_per_node = [1, 2, 4, 8]
+inter.bandwidth = {bandwidths}
+inter.alpha = {alphas}
+outputs = ["iteration_time", "scaling_efficiency", "bottleneck"]
+"""
+
+
+def test_sigkill_leaves_no_output_and_rerun_completes_identically(tmp_path):
+    spec = tmp_path / "big.toml"
+    spec.write_text(BIG.format(bandwidths=[float(x) for x in np.geomspace(1e8, 1e12, 64)],
+                               alphas=[float(x) for x in np.geomspace(1e-7, 1e-2, 64)]))  # 2,097,152 configs
+    out = tmp_path / "big.nc"
+    journal = tmp_path / "big.nc.partial.json"
+    cmd = [sys.executable, "-m", "sweep", "run", str(spec), "-o", str(out), "--chunk", "65536", "--quiet"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        if journal.exists() and len(json.loads(journal.read_text())["completed"]) >= 2:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    done_before = len(json.loads(journal.read_text())["completed"])
+    assert 2 <= done_before < 32
+
+    resumed = subprocess.run(cmd[:-1], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr
+    fresh = tmp_path / "fresh.nc"
+    assert subprocess.run(cmd[:5] + [str(fresh)] + cmd[6:], capture_output=True).returncode == 0
+    xr.testing.assert_identical(open_cube(out), open_cube(fresh))
+
+
+SAMPLED = {
+    "model": "googlenet",
+    "nodes": [2, 4],
+    "gpus_per_node": 4,
+    "sample": {
+        "n": 1000, "seed": 3,
+        "inter": {"bandwidth": {"min": 1e8, "max": 1e11, "scale": "log"}},
+        "batch_size": {"min": 8, "max": 128, "scale": "log"},
+        "compute.efficiency": {"min": 0.2, "max": 0.9},
+        "strategy": ["bsp", "wfbp", "mgwfbp"],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def sampled_cube():
+    return sweep.run(SAMPLED, chunk=300)
+
+
+def test_sampled_sweep_has_a_config_dimension_with_sampled_coordinates(sampled_cube):
+    cube = sampled_cube
+    assert cube["iteration_time"].dims == ("nodes", "config")
+    assert cube.sizes["config"] == 1000
+    for name in ("inter.bandwidth", "batch_size", "compute.efficiency", "strategy"):
+        assert cube[name].dims == ("config",)
+        assert "units" in cube[name].attrs and cube[name].attrs["long_name"]
+    bw = cube["inter.bandwidth"].values
+    assert bw.min() >= 1e8 and bw.max() <= 1e11
+    # log-uniform: about as many draws per decade
+    counts = np.histogram(np.log10(bw), bins=3, range=(8, 11))[0]
+    assert counts.min() > 250
+    batch = cube["batch_size"].values
+    assert batch.min() >= 8 and batch.max() <= 128 and np.all(batch == np.round(batch))
+    assert set(cube["strategy"].values) == {"bsp", "wfbp", "mgwfbp"}
+
+
+def test_sampled_points_agree_with_explain(sampled_cube):
+    cube = sampled_cube
+    for i in (0, 417, 999):
+        point = {"model": "googlenet", "nodes": 4, "gpus_per_node": 4,
+                 "batch_size": int(cube["batch_size"][i]), "strategy": str(cube["strategy"][i]),
+                 "inter": {"bandwidth": float(cube["inter.bandwidth"][i])},
+                 "compute": {"efficiency": float(cube["compute.efficiency"][i])}}
+        doc = explain(load_spec(point))
+        got = float(cube["iteration_time"].sel(nodes=4)[i])
+        assert got == pytest.approx(doc["iteration_time"], rel=2e-5)
+
+
+def test_sampling_is_reproducible_and_chunk_independent(sampled_cube):
+    again = sweep.run(SAMPLED)  # default chunk size
+    xr.testing.assert_identical(again, sampled_cube)
+    other_seed = sweep.run({**SAMPLED, "sample": {**SAMPLED["sample"], "seed": 4}})
+    assert not np.array_equal(other_seed["inter.bandwidth"].values, sampled_cube["inter.bandwidth"].values)
+
+
+def test_sobol_sampling_covers_the_range_evenly():
+    spec = {"model": "alexnet", "batch_size": 32, "nodes": 2,
+            "sample": {"n": 1024, "method": "sobol", "inter": {"alpha": {"min": 0.0, "max": 1e-3}}}}
+    alpha = sweep.run(spec)["inter.alpha"].values
+    counts = np.histogram(alpha, bins=16, range=(0, 1e-3))[0]
+    assert counts.min() == counts.max() == 64  # a scrambled Sobol net is exactly balanced
+
+
+def test_sampled_streamed_file_matches_memory(tmp_path, sampled_cube):
+    out = tmp_path / "sampled.nc"
+    sweep.run(SAMPLED, output=out, chunk=300).close()
+    xr.testing.assert_identical(open_cube(out), sampled_cube)
+
+
+@pytest.mark.parametrize("sample,key", [
+    ({"n": 0, "nodes": {"min": 1, "max": 4}}, "sample.n"),
+    ({"n": 10, "method": "halton", "nodes": {"min": 1, "max": 4}}, "sample.method"),
+    ({"n": 10, "nodes": {"min": 4, "max": 1}}, "sample.nodes"),
+    ({"n": 10, "model": ["alexnet", "vgg16"]}, "sample.model"),
+    ({"n": 10, "batch_size": {"min": 1, "max": 4}}, "sample.batch_size"),  # also given outside
+    ({"n": 10, "inter": {"alpha": {"min": 0.0, "max": 1.0, "scale": "log"}}}, "sample.inter.alpha.min"),
+    ({"n": 10, "strategy": []}, "sample.strategy"),
+    ({"n": 10}, "sample"),
+])
+def test_bad_sample_tables_name_the_key(sample, key, cli, write_spec, tmp_path):
+    import tomli_w
+    text = tomli_w.dumps({"model": "alexnet", "batch_size": 8, "sample": sample})
+    status, _, err = cli("run", write_spec(text), "-o", tmp_path / "o.nc")
+    assert status == 2 and err.strip().startswith(f"ssgd-sweep: error: {key} =") and "\n" not in err.strip()
+    assert not (tmp_path / "o.nc").exists()
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert evaluate.make_progress(10, quiet=False) is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert evaluate.make_progress(10, quiet=True) is None
+    bar = evaluate.make_progress(10, quiet=False)
+    assert bar is not None and bar.total == 10
+    bar.close()
