@@ -69,7 +69,8 @@ class Sample:
             from scipy.stats import qmc
 
             engine = qmc.Sobol(d, scramble=True, seed=self.seed)
-            engine.fast_forward(start)
+            if start:
+                engine.fast_forward(start)  # (scipy rejects a fast-forward by 0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # balance warnings for n not a power of two
                 return engine.random(stop - start)

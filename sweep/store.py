@@ -99,7 +99,9 @@ class NetcdfStore:
         if self.completed is None:
             self.completed = set()
             self._create()
-        self.file = h5netcdf.File(self.partial, "a")
+        # Chunks are written with h5py itself: its flush reaches the file
+        # (h5netcdf's flush does not write HDF5's caches out).
+        self.file = h5py.File(self.partial, "a")
 
     def _resume(self, log) -> set[int] | None:
         try:
@@ -136,10 +138,13 @@ class NetcdfStore:
 
     def write(self, chunk, block: dict[str, np.ndarray], sampled: dict[str, np.ndarray]) -> None:
         for name, values in block.items():
-            self.file.variables[name][chunk.box] = values
+            self.file[name][chunk.box] = values
         for name, values in sampled.items():
-            var = self.file.variables[name]
-            var[chunk.box[-1]] = values.astype(np.int8) if values.dtype == bool else values.astype(var.dtype)
+            var = self.file[name]
+            if var.dtype.kind == "O":
+                var[chunk.box[-1]] = values.astype(object)
+            else:
+                var[chunk.box[-1]] = values.astype(var.dtype)
         self.file.flush()
         self.completed.add(chunk.id)
         self._write_journal()

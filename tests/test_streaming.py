@@ -135,7 +135,7 @@ def test_sigkill_leaves_no_output_and_rerun_completes_identically(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr
     fresh = tmp_path / "fresh.nc"
-    assert subprocess.run(cmd[:5] + [str(fresh)] + cmd[6:], capture_output=True).returncode == 0
+    assert subprocess.run(cmd[:6] + [str(fresh)] + cmd[7:], capture_output=True).returncode == 0
     xr.testing.assert_identical(open_cube(out), open_cube(fresh))
 
 
@@ -179,7 +179,7 @@ def test_sampled_points_agree_with_explain(sampled_cube):
     cube = sampled_cube
     for i in (0, 417, 999):
         point = {"model": "googlenet", "nodes": 4, "gpus_per_node": 4,
-                 "batch_size": int(cube["batch_size"][i]), "strategy": str(cube["strategy"][i]),
+                 "batch_size": int(cube["batch_size"][i]), "strategy": cube["strategy"][i].item(),
                  "inter": {"bandwidth": float(cube["inter.bandwidth"][i])},
                  "compute": {"efficiency": float(cube["compute.efficiency"][i])}}
         doc = explain(load_spec(point))
