@@ -1,0 +1,78 @@
+"""One sweep on 1 device, on 4 simulated CPU devices, and on 2 processes x 2
+devices over loopback: identical cubes, with `devices` = 1, 4, 4."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import xarray as xr
+
+SPEC = """
+model = ["alexnet", "resnet50"]
+batch_size = [16, 64]
+nodes = [1, 2, 4, 8, 16]
+gpus_per_node = 4
+strategy = ["bsp", "wfbp", "mgwfbp"]
+inter.bandwidth = [1e9, 3e9, 1e10]
+"""
+
+
+def run(tmp_path, name, devices, extra=(), process_env=None):
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    out = tmp_path / f"{name}.nc"
+    cmd = [sys.executable, "-m", "sweep", "run", str(tmp_path / "spec.toml"), "-o", str(out),
+           "--chunk", "40", "--quiet", *extra]
+    return cmd, env, out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cubes(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("devices")
+    (tmp / "spec.toml").write_text(SPEC)
+    results = {}
+    for name, devices in (("one", 1), ("four", 4)):
+        cmd, env, out = run(tmp, name, devices)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        results[name] = out
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        cmd, env, out = run(tmp, "cluster", 2, ["--coordinator", f"127.0.0.1:{port}",
+                                                "--num-processes", "2", "--process-id", str(rank)])
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    results["cluster"] = out
+    return {name: xr.open_dataset(path, engine="h5netcdf").load() for name, path in results.items()}
+
+
+def test_device_counts_are_recorded(cubes):
+    assert [int(cubes[n].attrs["devices"]) for n in ("one", "four", "cluster")] == [1, 4, 4]
+
+
+@pytest.mark.parametrize("name", ["four", "cluster"])
+def test_sharded_cubes_are_identical(cubes, name):
+    reference = cubes["one"]
+    other = cubes[name]
+    assert set(other.data_vars) == set(reference.data_vars)
+    for var in reference.data_vars:
+        xr.testing.assert_identical(other[var], reference[var])
+    assert {k: v for k, v in other.attrs.items() if k != "devices"} == \
+        {k: v for k, v in reference.attrs.items() if k != "devices"}
+
+
+def test_bad_cluster_arguments(cli, write_spec, tmp_path):
+    spec = write_spec(SPEC)
+    status, _, err = cli("run", spec, "-o", tmp_path / "o.nc", "--coordinator", "nohostport")
+    assert status == 2 and "--coordinator" in err
+    status, _, err = cli("run", spec, "-o", tmp_path / "o.nc", "--num-processes", "2")
+    assert status == 2 and "--coordinator" in err
