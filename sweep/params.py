@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from kernels.codes import ALGORITHMS, STRATEGIES
+from kernels.collectives import LINK_FIELDS
 from sweep import catalog, presets, zoo
 from sweep.schema import KEYS
 from sweep.spec import Spec
@@ -56,8 +57,9 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
     else:
         size_of = {key: size for key in columns}
     default_size = 1 if compact else size
+    value_dtype = dtype
 
-    def get(key: str, fn=None, dtype=np.float64) -> np.ndarray:
+    def get(key: str, fn=None, dtype=value_dtype) -> np.ndarray:
         column = columns.get(key)
         if column is None:
             default = KEYS[key].default
@@ -73,7 +75,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
             return get(key, encode)
         if "preset" in columns:
             return get("preset", lambda name: encode(getattr(presets.PRESETS[name], field)))
-        return np.full(default_size, encode(default), np.float64)
+        return np.full(default_size, encode(default), value_dtype)
 
     nodes = get("nodes")
     gpus_per_node = get("gpus_per_node")
@@ -105,10 +107,35 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         p[f"{table}_alpha"] = given_or(f"{table}.alpha", get(f"{table}.name", lambda n: catalog.LINKS[n].alpha))
         p[f"{table}_bandwidth"] = given_or(f"{table}.bandwidth",
                                            get(f"{table}.name", lambda n: catalog.LINKS[n].bandwidth))
-    out = {k: v.astype(dtype) for k, v in p.items()}
+    # The link model's extensions only when a scenario sets one: without them the
+    # kernels take the affine alpha-beta cost, and the channel scan stays lean.
+    if any(f"{table}.{field}" in columns for table in ("intra", "inter") for field in LINK_FIELDS[2:]):
+        for table in ("intra", "inter"):
+            p.update(link_extension(table, p[f"{table}_alpha"], p[f"{table}_bandwidth"],
+                                    lambda field, fallback: given_or(f"{table}.{field}", fallback),
+                                    default_size))
+    out = {k: v.astype(dtype, copy=False) for k, v in p.items()}
     out["strategy"] = p["strategy"].astype(np.int32)
     out["algorithm"] = p["algorithm"].astype(np.int32)
     return out
+
+
+def link_extension(table: str, alpha: np.ndarray, bandwidth: np.ndarray, given_or, size: int) -> dict:
+    """`{table}_{field}` arrays of the link model's extension fields, each
+    from `given_or(field, fallback)`; unset fields follow the rule of
+    sweep.schema (large_* follow alpha/bandwidth, chunk_* follow large_*,
+    large_alpha_exponent follows alpha_exponent, switches never, exponents 0)."""
+    never, zero = np.full(size, np.inf), np.zeros(size)
+    f = {"protocol_bytes": given_or("protocol_bytes", never),
+         "large_alpha": given_or("large_alpha", alpha),
+         "large_bandwidth": given_or("large_bandwidth", bandwidth),
+         "chunk_bytes": given_or("chunk_bytes", never)}
+    f["chunk_alpha"] = given_or("chunk_alpha", f["large_alpha"])
+    f["chunk_bandwidth"] = given_or("chunk_bandwidth", f["large_bandwidth"])
+    f["alpha_exponent"] = given_or("alpha_exponent", zero)
+    f["large_alpha_exponent"] = given_or("large_alpha_exponent", f["alpha_exponent"])
+    f["bandwidth_exponent"] = given_or("bandwidth_exponent", zero)
+    return {f"{table}_{name}": value for name, value in f.items()}
 
 
 def point_params(point: dict[str, object], model: zoo.Model, dtype=np.float32) -> dict[str, np.ndarray]:

@@ -93,11 +93,13 @@ class Plan:
         """Per cube dimension, the index of each configuration of the chunk
         (padded by repeating the last configuration)."""
         shape = self.spec.shape
-        ranges = [np.arange(*b.indices(shape[i])) if isinstance(b, slice) else np.array([b])
-                  for i, b in enumerate(chunk.box)]
-        mesh = np.meshgrid(*ranges, indexing="ij")
-        pad = np.minimum(np.arange(chunk.padded), chunk.size - 1)
-        return {i: m.reshape(-1)[pad] for i, m in enumerate(mesh)}
+        position = np.minimum(np.arange(chunk.padded), chunk.size - 1)
+        ranged = [(i, b.indices(shape[i])) for i, b in enumerate(chunk.box) if isinstance(b, slice)]
+        per_slice = np.unravel_index(position, [len(range(*r)) for _, r in ranged])
+        index = {i: np.broadcast_to(np.int64(b), (chunk.padded,)) for i, b in enumerate(chunk.box)
+                 if not isinstance(b, slice)}
+        index.update({i: p + r[0] for (i, r), p in zip(ranged, per_slice)})
+        return index
 
     def columns(self, chunk: Chunk) -> tuple[dict[str, Column], dict[str, np.ndarray]]:
         """Columns of every given key for the chunk's configurations, and the
