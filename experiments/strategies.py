@@ -55,7 +55,7 @@ def sweep_cube(models, nodes) -> xr.Dataset:
 def plot_gains(cube: xr.Dataset, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(len(LINKS), len(BASELINES), figsize=(5.2 * len(BASELINES), 3.4 * len(LINKS)),
-                             squeeze=False, sharex=True, layout="constrained")
+                             squeeze=False, layout="constrained")
     for r, link in enumerate(LINKS):
         for c, baseline in enumerate(BASELINES):
             ax = axes[r, c]

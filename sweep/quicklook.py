@@ -6,8 +6,9 @@ heatmap (last dimension across, the one before it down); a third and a fourth
 dimension become facet columns and rows; any dimension beyond that is held at
 its first value, and the figure and the notes say so. Heatmap cells are
 equal-sized whatever the coordinate values (sweeps are often log-spaced or
-categorical); tick labels carry the real values. Axis and colour-bar labels
-come from each variable's `long_name` and `units`.
+categorical); tick labels carry the real values. Values spanning more than
+two decades get a logarithmic colour scale. Axis and colour-bar labels come
+from each variable's `long_name` and `units`.
 """
 from __future__ import annotations
 
@@ -121,6 +122,11 @@ def _heatmap(plt, data: xr.DataArray, dims: list[str], title: str):
     plotted = _positional(_positional(data, x), y)
     kwargs = dict(x=x, y=y, col=col, row=row, cbar_kwargs={"label": _label(data)})
     flags = _flags(data)
+    finite = data.values[np.isfinite(data.values)] if np.issubdtype(data.dtype, np.floating) else data.values
+    if not flags and finite.size and finite.min() > 0 and finite.max() / finite.min() >= 100:
+        from matplotlib.colors import LogNorm
+
+        kwargs["norm"] = LogNorm(vmin=finite.min(), vmax=finite.max())  # values spanning decades
     if flags:
         from matplotlib.colors import ListedColormap
 
@@ -159,7 +165,11 @@ def _without_empty_units(data: xr.DataArray) -> xr.DataArray:
 def _set_ticks(axis, values) -> None:
     step = max(1, int(np.ceil(len(values) / MAX_TICKS)))
     positions = np.arange(0, len(values), step)
-    axis.set_ticks(positions, labels=[_show(values[i]) for i in positions])
+    labels = [_show(values[i]) for i in positions]
+    if axis.axis_name == "x" and max(map(len, labels)) > 4:  # long labels would collide
+        axis.set_ticks(positions, labels=labels, rotation=45, ha="right")
+    else:
+        axis.set_ticks(positions, labels=labels)
 
 
 def _flags(data: xr.DataArray) -> list[str]:
@@ -177,6 +187,6 @@ def _label(data: xr.DataArray) -> str:
 def _show(value) -> str:
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer)) and abs(value) >= 1e5):
         return f"{value:.3g}"
     return str(value)

@@ -47,11 +47,18 @@ def write_atomically(path: str | os.PathLike, write: Callable[[str], None]) -> P
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = DPI) -> Path:
