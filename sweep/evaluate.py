@@ -22,6 +22,7 @@ from sweep.devices import Devices, visible_devices
 from sweep.params import kernel_params
 from sweep.plan import Plan
 from sweep.schema import KEYS
+from sweep.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
 from sweep.spec import Spec
 
 DEFAULT_CHUNK = 1 << 18
@@ -40,10 +41,23 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "size"))
-def _sweep_kernel(dag, params, outputs, size):
+@functools.partial(jax.jit, static_argnames=("outputs", "size", "tangents"))
+def _sweep_kernel(dag, params, outputs, size, tangents=()):
+    """The requested outputs for one chunk. `tangents` holds, per sensitivity
+    output, its (parameter, multiplier) pairs (see sweep.sensitivity)."""
     TRACES[outputs] += 1  # runs only while tracing
     out = iteration_outputs(dag, params)
+    floats = {k: v for k, v in params.items() if jnp.issubdtype(v.dtype, jnp.floating)}
+
+    def iteration_time(float_params):
+        return iteration_outputs(dag, {**params, **float_params})["iteration_time"]
+
+    for name, rule in tangents:
+        direction = {k: jnp.zeros_like(v) for k, v in floats.items()}
+        for param, multiplier in rule:
+            scale = 1.0 if multiplier is None else floats[multiplier]  # host made it no wider than param
+            direction[param] = jnp.ones_like(floats[param]) * scale
+        out[name] = jax.jvp(iteration_time, (floats,), (direction,))[1]
     # Outputs that depend on single-valued keys only come out as [1]: broadcast.
     return {name: jnp.broadcast_to(out[name], (size,)) for name in outputs}
 
@@ -79,15 +93,22 @@ def _dispatch(spec, plan, chunk, devices):
     model = zoo.get_model(s["model"], s["seq_len"])
     dag, _ = compile_zoo_model(s["model"], s["seq_len"], s["iterations"])
     columns, sampled = plan.columns(chunk)
-    params = devices.put(kernel_params(columns, model, chunk.padded, compact=True))
-    return _sweep_kernel(dag, params, spec.outputs, chunk.padded), sampled  # asynchronous
+    params = kernel_params(columns, model, chunk.padded, compact=True)
+    tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))
+                     for name in spec.outputs if is_sensitivity(name))
+    for _, rule in tangents:  # a multiplier that varies makes its parameter vary too
+        for param, multiplier in rule:
+            if multiplier is not None and params[multiplier].shape > params[param].shape:
+                params[param] = np.broadcast_to(params[param], params[multiplier].shape).copy()
+    out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents)
+    return out, sampled  # asynchronous
 
 
 def _finish(chunk, out, sampled, plan, store, devices, progress):
     results = devices.fetch(out)
     if devices.leader:
         shape = plan.box_shape(chunk)
-        block = {name: values[:chunk.size].reshape(shape) for name, values in results.items()}
+        block = {variable_name(name): values[:chunk.size].reshape(shape) for name, values in results.items()}
         store.write(chunk, block, sampled)
     if progress is not None:
         progress.update(chunk.size)

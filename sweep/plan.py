@@ -95,7 +95,7 @@ class Plan:
         shape = self.spec.shape
         position = np.minimum(np.arange(chunk.padded), chunk.size - 1)
         ranged = [(i, b.indices(shape[i])) for i, b in enumerate(chunk.box) if isinstance(b, slice)]
-        per_slice = np.unravel_index(position, [len(range(*r)) for _, r in ranged])
+        per_slice = np.unravel_index(position, [len(range(*r)) for _, r in ranged]) if ranged else ()
         index = {i: np.broadcast_to(np.int64(b), (chunk.padded,)) for i, b in enumerate(chunk.box)
                  if not isinstance(b, slice)}
         index.update({i: p + r[0] for (i, r), p in zip(ranged, per_slice)})

@@ -18,6 +18,7 @@ import tomli_w
 from kernels.iteration import OUTPUTS
 from sweep import zoo
 from sweep.sample import Sample, parse_sample
+from sweep.sensitivity import check_sensitivity, is_sensitivity
 from sweep.schema import KEYS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonical, check_value
 
 # Top-level keys that are not model parameters.
@@ -160,8 +161,11 @@ def _check_outputs(value) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
         raise SpecError("outputs", value, "must be a non-empty list of output names")
     for name in value:
-        if name not in OUTPUTS:
-            raise SpecError("outputs", name, f"unknown output; choose from {', '.join(OUTPUTS)}")
+        if is_sensitivity(name):
+            check_sensitivity(name)
+        elif name not in OUTPUTS:
+            raise SpecError("outputs", name, f"unknown output; choose from {', '.join(OUTPUTS)} "
+                            "or d_iteration_time/d_<key>")
     return tuple(dict.fromkeys(value))
 
 

@@ -21,6 +21,8 @@ import xarray as xr
 
 from kernels.codes import BOTTLENECKS
 from sweep.cube import OUTPUT_ATTRS
+from sweep.sensitivity import is_sensitivity, key_of, variable_name
+from sweep.sensitivity import units as sensitivity_units
 from sweep.schema import KEYS
 from sweep.spec import Spec
 
@@ -48,6 +50,12 @@ def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...]) -> Layou
             sampled[d.name] = (key.kind, {"units": key.units, "long_name": f"{key.long_name} (sampled)"})
     variables = {}
     for name in spec.outputs:
+        if is_sensitivity(name):
+            key = key_of(name)
+            variables[variable_name(name)] = (np.float32, {
+                "units": sensitivity_units(key),
+                "long_name": f"sensitivity d(iteration_time)/d({key})"})
+            continue
         units, long_name = OUTPUT_ATTRS[name]
         attrs = {"units": units, "long_name": long_name}
         if name == "bottleneck":
