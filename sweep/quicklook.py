@@ -6,7 +6,9 @@ heatmap (last dimension across, the one before it down); a third and a fourth
 dimension become facet columns and rows; any dimension beyond that is held at
 its first value, and the figure and the notes say so. Heatmap cells are
 equal-sized whatever the coordinate values (sweeps are often log-spaced or
-categorical); tick labels carry the real values. Values spanning more than
+categorical); tick labels carry the real values. A sampled cube (a `config`
+dimension with the sampled keys as coordinates) becomes scatter plots against
+the first numeric sampled key instead. Values spanning more than
 two decades get a logarithmic colour scale. Axis and colour-bar labels come
 from each variable's `long_name` and `units`.
 """
@@ -74,6 +76,10 @@ def draw(data: xr.DataArray):
              for d in data.dims if data.sizes[d] == 1]
     data = data.squeeze(drop=False)
     dims = list(data.dims)
+    sampled = _sampled_coords(data)
+    if sampled:
+        title = _label(data) + (f"  ({', '.join(fixed)})" if fixed else "")
+        return _scatter(plt, data, sampled, title, notes), notes
     if len(dims) > 4:
         held = dims[:-4]
         data = data.isel({d: 0 for d in held})
@@ -93,6 +99,55 @@ def draw(data: xr.DataArray):
     if len(dims) == 1:
         return _line(plt, data, dims[0], title), notes
     return _heatmap(plt, data, dims, title), notes
+
+
+def _sampled_coords(data: xr.DataArray) -> list[str]:
+    """Coordinates along a dimension without an index (a sampled sweep's `config`)."""
+    free = [d for d in data.dims if d not in data.indexes]
+    return [c for c in data.coords if free and data[c].dims == (free[-1],)]
+
+
+def _scatter(plt, data: xr.DataArray, sampled: list[str], title: str, notes: list[str]):
+    """Sampled configurations: the variable against the first numeric sampled key,
+    coloured by the first categorical one, one panel per value of up to two grid
+    dimensions (the rest held at their first value)."""
+    config = data[sampled[0]].dims[0]
+    numeric = [c for c in sampled if np.issubdtype(data[c].dtype, np.number)]
+    categorical = [c for c in sampled if c not in numeric]
+    x = numeric[0] if numeric else sampled[0]
+    hue = categorical[0] if categorical and categorical[0] != x else None
+    grid = [d for d in data.dims if d != config]
+    for d in grid[:-2]:
+        notes.append(f"{d} held at its first value, {_show(data[d].values[0])} (only 2 facet dimensions fit)")
+        title += f"  ({d} = {_show(data[d].values[0])})"
+    data = data.isel({d: 0 for d in grid[:-2]})
+    grid = grid[-2:]
+    rows = list(data[grid[0]].values) if len(grid) == 2 else [None]
+    cols = list(data[grid[-1]].values) if grid else [None]
+    fig, axes = plt.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=True,
+                             figsize=(1.0 + 3.6 * len(cols), 0.8 + 3.0 * len(rows)), layout="constrained")
+    xs = data[x].values
+    groups = list(dict.fromkeys(data[hue].values)) if hue else [None]
+    for i, row in enumerate(rows):
+        for j, col in enumerate(cols):
+            ax = axes[i, j]
+            where = {d: v for d, v in zip(grid, [r for r in (row, col) if r is not None])}
+            ys = data.sel(where).values if where else data.values
+            for group in groups:
+                mask = data[hue].values == group if hue else np.ones(xs.shape, bool)
+                ax.scatter(xs[mask], ys[mask], s=8, alpha=0.7, label=str(group) if hue else None)
+            if np.issubdtype(xs.dtype, np.number) and xs.min() > 0 and xs.max() / xs.min() >= 20:
+                ax.set_xscale("log")  # sampled ranges that wide are usually drawn log-uniform
+            if _flags(data):
+                ax.set_yticks(range(len(_flags(data))), labels=_flags(data))
+            ax.set_title(", ".join(f"{d} = {_show(v)}" for d, v in where.items()), fontsize=9)
+            ax.set_xlabel(_label(data[x]))
+            ax.set_ylabel(_label(data))
+            ax.grid(alpha=0.3)
+    if hue:
+        axes[0, -1].legend(title=_label(data[hue]), fontsize=8, title_fontsize=8)
+    fig.suptitle(f"{title}  [{data.sizes[config]} sampled configurations]", fontsize=10)
+    return fig
 
 
 def _line(plt, data: xr.DataArray, dim: str, title: str):

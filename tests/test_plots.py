@@ -181,6 +181,25 @@ def test_plot_labels_axes_with_long_name_and_units(cubes):
     assert np.isclose(fig.axes[0].collections[0].get_array().max(), float(cube["iteration_time"].max()))
 
 
+def test_plot_sampled_cube_scatters_against_the_sampled_key(cli, tmp_path):
+    path = tmp_path / "sampled.nc"
+    sweep.run({**BASE, "nodes": [1, 2], "sample": {
+        "n": 32, "seed": 1, "inter": {"bandwidth": {"min": 1e9, "max": 1e11, "scale": "log"}},
+        "strategy": ["bsp", "wfbp"]}}, path)
+    status, _, err = cli("plot", path)
+    assert status == 0, err
+    assert_png(path.with_suffix(".png"))
+    with xr.open_dataset(path, engine="h5netcdf") as cube:
+        fig, _ = draw(cube["iteration_time"].load())
+    panels = [a for a in fig.axes if a.collections]
+    assert len(panels) == 2  # one per number of nodes
+    for ax in panels:
+        assert flat(ax.get_xlabel()) == "inter-node link bandwidth (sampled) [bytes/s]"
+        assert ax.get_xscale() == "log"
+        assert sum(len(c.get_offsets()) for c in ax.collections) == 32  # every sampled configuration
+    assert {t.get_text() for t in panels[-1].get_legend().get_texts()} == {"bsp", "wfbp"}
+
+
 def test_plot_refuses_bad_input_and_writes_nothing(cli, cubes, tmp_path):
     text = tmp_path / "notes.nc"
     text.write_text("not a cube\n")
