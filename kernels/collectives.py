@@ -1,52 +1,181 @@
-"""All-reduce cost models (DESIGN 2.2), each affine in the message size M.
+"""All-reduce cost models (DESIGN 2.2), piecewise affine in the message size M.
 
-`allreduce_cost` returns (latency, per_byte) so that one all-reduce of M > 0
-bytes costs latency + per_byte * M; P = 1 or M = 0 costs nothing. Sources:
-Thakur, Rabenseifner and Gropp (2005); Patarasuk and Yuan (2009).
+Each link is the DESIGN 2.2 alpha-beta link plus, optionally, the behaviour of
+real MPI and NCCL collectives (all defaults make these no-ops, leaving the
+closed forms of DESIGN 2.2 exactly):
+
+- a protocol switch: all-reduces of more than `protocol_bytes` use a second
+  (`large_alpha`, `large_bandwidth`) pair (eager -> rendezvous, or the switch
+  from a latency-optimal to a bandwidth-optimal algorithm);
+- a chunk switch: once each process's share M/k of the message exceeds
+  `chunk_bytes`, a third (`chunk_alpha`, `chunk_bandwidth`) pair applies
+  (the per-step message of a ring outgrows the transport's pipeline unit);
+- scaling with the k processes a phase spans: latency per step times
+  (k/2)**alpha_exponent (`large_alpha_exponent` above the protocol switch),
+  bandwidth per process times (k/2)**-bandwidth_exponent (congestion). Two
+  processes see the link's own figures.
+
+An algorithm runs one phase per link it uses. A phase with k processes,
+`steps` latency terms and `volume` bytes sent per byte of its message m costs
+    steps * alpha_r * (k/2)**ea_r + volume * m * (k/2)**eb / bandwidth_r
+in regime r (1 below the protocol switch, 2 above it, 3 above the chunk switch,
+which takes precedence). Flat algorithms run one phase on the intra-node link
+on one node and on the inter-node link (which bounds them) on several:
+  ring  2(P-1) steps, volume 2(P-1)/P;  rhd  2 ceil(log2 P), 2(P-1)/P;
+  tree  2 ceil(log2 P) steps, volume 2 ceil(log2 P).
+`hierarchical` is an intra ring on M (k = g) plus an inter ring on M/g
+(k = n). `ps` is BytePS-style: reduce-scatter inside the node, every node
+pushes its M bytes to S servers (on machines of their own) and pulls them
+back, so each server moves n*M/S bytes per direction, then an all-gather
+inside the node: the intra phase of `hierarchical` plus an inter phase of 2
+steps and volume 2 max(1, n/S) (k = n, chunk M/S).
+
+A cost is a `CollectiveCost`: the affine part below every switch
+(`latency`, `per_byte`) and `Steps`: at each break b (a message size), the
+cost gains `latency + per_byte * M` for every M > b. P = 1 or M = 0 costs
+nothing. Sources: Thakur, Rabenseifner and Gropp (2005); Patarasuk and Yuan
+(2009); Open MPI's tuned all-reduce decision (recursive doubling below
+10,000 bytes, ring above) for the protocol switch.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 
 from kernels.codes import HIERARCHICAL, PS, RHD, RING, TREE
 
+LINK_FIELDS = ("alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth", "chunk_bytes",
+               "chunk_alpha", "chunk_bandwidth", "alpha_exponent", "large_alpha_exponent", "bandwidth_exponent")
+
+
+class Steps(NamedTuple):
+    """Cost added above each break: [K, C] arrays (break +inf: never)."""
+    breaks: jax.Array
+    latency: jax.Array
+    per_byte: jax.Array
+
+
+class CollectiveCost(NamedTuple):
+    latency: jax.Array  # [C]
+    per_byte: jax.Array  # [C]
+    steps: Steps | None  # None: affine
+
+
+def link(p, table: str) -> dict:
+    """The fields of one link (`intra` or `inter`) from the parameter dict.
+    Missing extension fields fall back to the plain alpha-beta link."""
+    out = {"alpha": p[f"{table}_alpha"], "bandwidth": p[f"{table}_bandwidth"]}
+    fallback = {"protocol_bytes": lambda: jnp.inf, "large_alpha": lambda: out["alpha"],
+                "large_bandwidth": lambda: out["bandwidth"], "chunk_bytes": lambda: jnp.inf,
+                "chunk_alpha": lambda: out["large_alpha"], "chunk_bandwidth": lambda: out["large_bandwidth"],
+                "alpha_exponent": lambda: 0.0, "large_alpha_exponent": lambda: out["alpha_exponent"],
+                "bandwidth_exponent": lambda: 0.0}
+    for name in LINK_FIELDS[2:]:
+        value = p.get(f"{table}_{name}")
+        out[name] = fallback[name]() if value is None else value
+    return out
+
+
+def _select(cond, a: dict, b: dict) -> dict:
+    return {k: jnp.where(cond, a[k], b[k]) for k in a}
+
+
+def _phase(lk: dict, k, steps, volume, scale, chunk_divisor):
+    """(latency, per_byte, Steps with 2 breaks) of one phase, in terms of the
+    all-reduce's M: the phase moves m = scale * M bytes, its chunk is
+    m / chunk_divisor."""
+    half = k / 2.0
+    lat = [steps * a * half ** e for a, e in ((lk["alpha"], lk["alpha_exponent"]),
+                                              (lk["large_alpha"], lk["large_alpha_exponent"]),
+                                              (lk["chunk_alpha"], lk["large_alpha_exponent"]))]
+    congestion = volume * scale * half ** lk["bandwidth_exponent"]
+    byte = [congestion / bw for bw in (lk["bandwidth"], lk["large_bandwidth"], lk["chunk_bandwidth"])]
+    protocol = lk["protocol_bytes"] / scale
+    chunk = lk["chunk_bytes"] * chunk_divisor / scale
+    # Regime 3 takes precedence: if the chunk switch comes first, regime 2 never occurs.
+    chunk_first = chunk <= protocol
+    first = jnp.minimum(protocol, chunk)
+    to_first = (jnp.where(chunk_first, lat[2], lat[1]) - lat[0], jnp.where(chunk_first, byte[2], byte[1]) - byte[0])
+    second = jnp.where(chunk_first, jnp.inf, chunk)
+    to_second = (jnp.where(chunk_first, 0.0, lat[2] - lat[1]), jnp.where(chunk_first, 0.0, byte[2] - byte[1]))
+    return lat[0], byte[0], ((first, *to_first), (second, *to_second))
+
+
+def collective_cost(p) -> CollectiveCost:
+    """The piecewise cost of one all-reduce for every configuration; affine
+    (no `steps`) when `p` holds none of the links' extension fields."""
+    n, g, workers, log2p = p["nodes"], p["gpus_per_node"], p["workers"], p["log2_workers"]
+    intra, inter = link(p, "intra"), link(p, "inter")
+    multi_node = n > 1
+    flat_link = _select(multi_node, inter, intra)
+    share = (workers - 1) / workers
+    algorithm = p["algorithm"]
+    one = jnp.ones_like(workers)
+
+    # Phase A: the flat algorithm, or the intra phase of hierarchical and ps.
+    flat_steps = jnp.where(algorithm == RING, 2 * (workers - 1), 2 * log2p)
+    flat_volume = jnp.where(algorithm == TREE, 2 * log2p, 2 * share)
+    two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
+    a = _phase(_select(two_level, intra, flat_link), jnp.where(two_level, g, workers),
+               jnp.where(two_level, 2 * (g - 1), flat_steps),
+               jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers))
+    # Phase B: the inter phase of hierarchical (ring on M/g) and ps (push/pull to S servers).
+    is_ps = algorithm == PS
+    b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
+               jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p["servers"]), 2 * (n - 1) / n),
+               jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p["servers"], n))
+    on_b = jnp.where(two_level, 1.0, 0.0)
+
+    latency = a[0] + on_b * b[0]
+    per_byte = a[1] + on_b * b[1]
+    breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
+    step_lat = [a[2][0][1], a[2][1][1], on_b * b[2][0][1], on_b * b[2][1][1]]
+    step_byte = [a[2][0][2], a[2][1][2], on_b * b[2][0][2], on_b * b[2][1][2]]
+    single = workers <= 1
+
+    def zero(x):
+        return jnp.where(single, 0.0, x)
+
+    def stack(xs):  # parameters may be [1] (broadcasting) or [C]
+        return jnp.stack(jnp.broadcast_arrays(*xs))
+
+    if not any(f"{table}_{name}" in p for table in ("intra", "inter") for name in LINK_FIELDS[2:]):
+        return CollectiveCost(zero(latency), zero(per_byte), None)  # plain alpha-beta links: affine
+    return CollectiveCost(zero(latency), zero(per_byte),
+                          Steps(stack(breaks), stack([zero(x) for x in step_lat]),
+                                stack([zero(x) for x in step_byte])))
+
 
 def allreduce_cost(p):
-    """(latency [C], per_byte [C]) of one all-reduce for every configuration.
+    """(latency [C], per_byte [C]): the affine cost below every protocol
+    switch, which is the whole cost with the default (alpha-beta) links."""
+    cost = collective_cost(p)
+    return cost.latency, cost.per_byte
 
-    Flat algorithms (ring, rhd, tree) run over the intra-node link on one node
-    and are bounded by the inter-node link on several. `ps` is BytePS-style:
-    reduce-scatter inside the node, every node pushes its M bytes to S servers
-    (on machines of their own) and pulls them back, so each server moves
-    n*M/S bytes per direction, then an all-gather inside the node:
-      2(g-1) a_i + 2(g-1)/g M/bw_i + 2 (a_e + max(1, n/S) M/bw_e).
+
+def piecewise_time(message_bytes, latency, per_byte, steps: Steps | None = None, width=None):
+    """latency + per_byte * M, plus each step's share above its break.
+
+    `message_bytes` broadcasts against [C] (e.g. [S, C] or [S, 1]). With
+    `width` (in ln bytes, [C]) each step turns on smoothly,
+    sigmoid(ln(M / break) / width), instead of at the break: for fitting.
     """
-    n, g, workers, log2p = p["nodes"], p["gpus_per_node"], p["workers"], p["log2_workers"]
-    a_i, bw_i, a_e, bw_e = p["intra_alpha"], p["intra_bandwidth"], p["inter_alpha"], p["inter_bandwidth"]
-    multi_node = n > 1
-    alpha = jnp.where(multi_node, a_e, a_i)
-    bw = jnp.where(multi_node, bw_e, bw_i)
-    share = (workers - 1) / workers
-
-    intra_lat = 2 * (g - 1) * a_i
-    intra_byte = 2 * (g - 1) / g / bw_i
-    candidates = {
-        RING: (2 * (workers - 1) * alpha, 2 * share / bw),
-        RHD: (2 * log2p * alpha, 2 * share / bw),
-        TREE: (2 * log2p * alpha, 2 * log2p / bw),
-        HIERARCHICAL: (intra_lat + 2 * (n - 1) * a_e, intra_byte + 2 * (n - 1) / n / g / bw_e),
-        PS: (intra_lat + 2 * a_e, intra_byte + 2 * jnp.maximum(1.0, n / p["servers"]) / bw_e),
-    }
-    algorithm = p["algorithm"]
-    latency = jnp.zeros_like(alpha)
-    per_byte = jnp.zeros_like(alpha)
-    for code, (lat, byte) in candidates.items():
-        latency = jnp.where(algorithm == code, lat, latency)
-        per_byte = jnp.where(algorithm == code, byte, per_byte)
-    single = workers <= 1
-    return jnp.where(single, 0.0, latency), jnp.where(single, 0.0, per_byte)
+    time = latency + per_byte * message_bytes
+    if steps is None:
+        return time
+    for k in range(steps.breaks.shape[0]):
+        extra = steps.latency[k] + steps.per_byte[k] * message_bytes
+        if width is None:
+            time = time + jnp.where(message_bytes > steps.breaks[k], extra, 0.0)
+        else:
+            safe = jnp.maximum(message_bytes, 1.0)
+            time = time + extra * jax.nn.sigmoid((jnp.log(safe) - jnp.log(steps.breaks[k])) / width)
+    return time
 
 
-def allreduce_time(message_bytes, latency, per_byte):
-    """Seconds for all-reduces of `message_bytes` (broadcasts against [C])."""
-    return jnp.where(message_bytes > 0, latency + per_byte * message_bytes, 0.0)
+def allreduce_time(message_bytes, latency, per_byte, steps: Steps | None = None, width=None):
+    """Seconds for all-reduces of `message_bytes` (broadcasts against [C]);
+    `steps` (from `collective_cost`) adds the protocol regimes."""
+    return jnp.where(message_bytes > 0, piecewise_time(message_bytes, latency, per_byte, steps, width), 0.0)

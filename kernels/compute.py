@@ -28,6 +28,28 @@ def compute_scales(total_flops, total_params, p):
     return forward * scale, backward * scale, update * scale
 
 
+def compute_profile(dag, p):
+    """(forward work [L], backward work [L], forward s/unit [C], backward s/unit [C], update [C]).
+
+    Without a trace the work of a layer is its forward FLOPs per sample and
+    the scales come from `compute_scales`. With measured per-layer times
+    (`dag.layer_forward_time`, `dag.layer_backward_time`, seconds, from
+    `compute.trace`) the work is those seconds and the scale is 1, or, with a
+    measured single-GPU throughput, the factor that makes one GPU's
+    forward + backward + update take exactly B / measured_throughput.
+    """
+    forward_time = getattr(dag, "layer_forward_time", None)
+    if forward_time is None:
+        forward, backward, update = compute_scales(dag.layer_flops.sum(), dag.total_params, p)
+        return dag.layer_flops, dag.layer_flops, forward, backward, update
+    backward_time = dag.layer_backward_time
+    update = p["update_bytes_per_param"] * dag.total_params / p["memory_bandwidth"]
+    measured = p["measured_throughput"]
+    modelled = forward_time.sum() + backward_time.sum() + update
+    scale = jnp.where(measured > 0, p["batch_size"] / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
+    return forward_time, backward_time, scale, scale, update * scale
+
+
 def layer_times(layer_flops, total_params, p):
     """(forward [L, C], backward [L, C], update [C]) in seconds."""
     forward, backward, update = compute_scales(layer_flops.sum(), total_params, p)

@@ -19,15 +19,19 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from kernels.channel import comm_channel
-from kernels.collectives import allreduce_cost, allreduce_time
-from kernels.compute import compute_scales, input_times, layer_times
+from kernels.collectives import LINK_FIELDS, allreduce_time, collective_cost
+from kernels.compute import compute_profile, input_times
 from kernels.critical_path import finish_times
+from kernels.smooth import maximum
 
 PARAMS = (
     "batch_size", "nodes", "gpus_per_node", "workers", "log2_workers", "servers",
     "peak_flops", "memory_bandwidth", "efficiency", "b_half", "bwd_ratio",
     "measured_throughput", "update_bytes_per_param", "grad_bytes",
     "intra_alpha", "intra_bandwidth", "inter_alpha", "inter_bandwidth",
+    # Link model extensions: `sweep.params.kernel_params` adds them only when a
+    # scenario sets one (else the kernels use the alpha-beta links).
+    *(f"{table}_{field}" for table in ("intra", "inter") for field in LINK_FIELDS[2:]),
     "h2d_alpha", "h2d_bandwidth", "io_time_per_sample", "sample_bytes",
     "prefetch", "strategy", "algorithm", "bucket_bytes",
 )
@@ -38,13 +42,21 @@ OUTPUTS = (
 )
 
 
-def slot_ready_flops(dag):
-    """Backward FLOPs done when each slot's gradient is ready [S]: backward
-    runs from layer L down, so a slot waits for every layer >= its own."""
-    return jnp.cumsum(dag.layer_flops[::-1])[::-1][dag.slot_layer]
+# Optional entries of `p` for fitting (absent in sweeps, so the hard max stays):
+#   max_temperature [C] s: smooth max in the channel and the recursion;
+#   switch_width [C] ln bytes: smooth protocol steps (kernels.collectives).
+SMOOTHING = ("max_temperature", "switch_width")
 
 
-def steady_state(work, io, h2d, prefetch, iterations: int):
+def slot_ready_flops(dag, backward_units=None):
+    """Backward work done when each slot's gradient is ready [S]: backward
+    runs from layer L down, so a slot waits for every layer >= its own.
+    Work is in FLOPs, or in the units of `backward_units` [L] when given."""
+    units = dag.layer_flops if backward_units is None else backward_units
+    return jnp.cumsum(units[::-1])[::-1][dag.slot_layer]
+
+
+def steady_state(work, io, h2d, prefetch, iterations: int, temperature=None):
     """(U_K - U_1) / (K - 1) for update finish times U_k of the recursion
 
         I_1 = io,  I_k = max(I_{k-1}, [no prefetch] U_{k-1}) + io
@@ -52,14 +64,14 @@ def steady_state(work, io, h2d, prefetch, iterations: int):
 
     which is what the DAG's io, h2d and forward-start edges give when one
     iteration's compute and communication take `work` from forward start to
-    update finish.
+    update finish. `temperature` makes each max smooth (`kernels.smooth`).
     """
     reader = io
     update = io + h2d + work
     first = update
     for _ in range(iterations - 1):
-        reader = jnp.maximum(reader, jnp.where(prefetch > 0, 0.0, update)) + io
-        update = jnp.maximum(reader + h2d, update) + work
+        reader = maximum(reader, jnp.where(prefetch > 0, 0.0, update), temperature) + io
+        update = maximum(reader + h2d, update, temperature) + work
     return (update - first) / (iterations - 1)
 
 
@@ -72,21 +84,22 @@ def iteration_outputs(dag, p):
     (compute, the communication channel, or input): the one that bounds
     throughput once everything else overlaps.
     """
-    total_flops = dag.layer_flops.sum()
-    forward, backward, update = compute_scales(total_flops, dag.total_params, p)
-    latency, per_byte = allreduce_cost(p)
+    forward_units, backward_units, forward, backward, update = compute_profile(dag, p)
+    cost = collective_cost(p)
+    temperature, width = (p.get(name) for name in SMOOTHING)
     _, channel_end, busy = comm_channel(
-        p["strategy"], dag.slot_params[:, None], slot_ready_flops(dag)[:, None], p["bucket_bytes"],
-        latency, per_byte, bytes_scale=p["grad_bytes"], ready_scale=backward, return_sent=False)
+        p["strategy"], dag.slot_params[:, None], slot_ready_flops(dag, backward_units)[:, None],
+        p["bucket_bytes"], cost.latency, cost.per_byte, bytes_scale=p["grad_bytes"], ready_scale=backward,
+        return_sent=False, steps=cost.steps, temperature=temperature, width=width)
     io, h2d = input_times(p)
 
-    forward_time = total_flops * forward
-    backward_time = total_flops * backward
+    forward_time = forward_units.sum() * forward
+    backward_time = backward_units.sum() * backward
     compute_time = forward_time + backward_time + update
-    work = forward_time + jnp.maximum(backward_time, channel_end) + update
+    work = forward_time + maximum(backward_time, channel_end, temperature) + update
     iterations = dag.update_tasks.shape[0]
-    t = steady_state(work, io, h2d, p["prefetch"], iterations)
-    t_free_comm = steady_state(compute_time, io, h2d, p["prefetch"], iterations)
+    t = steady_state(work, io, h2d, p["prefetch"], iterations, temperature)
+    t_free_comm = steady_state(compute_time, io, h2d, p["prefetch"], iterations, temperature)
     io_time = io + h2d
     return {
         "iteration_time": t,
@@ -105,14 +118,16 @@ def iteration_outputs(dag, p):
 def task_durations(dag, p):
     """Per-iteration duration table [rows, C] (row layout: `duration_rows`)
     and the bytes each comm slot sends [S, C]."""
-    forward, backward, update = layer_times(dag.layer_flops, dag.total_params, p)
+    forward_units, backward_units, forward_scale, backward_scale, update = compute_profile(dag, p)
+    forward = forward_units[:, None] * forward_scale
+    backward = backward_units[:, None] * backward_scale
     io, h2d = input_times(p)
-    latency, per_byte = allreduce_cost(p)
+    cost = collective_cost(p)
     slot_bytes = dag.slot_params[:, None] * p["grad_bytes"][None, :]
     ready_by_layer = jnp.cumsum(backward[::-1], axis=0)[::-1]
     sent, _, _ = comm_channel(p["strategy"], slot_bytes, ready_by_layer[dag.slot_layer],
-                              p["bucket_bytes"], latency, per_byte)
-    comm = allreduce_time(sent, latency, per_byte)
+                              p["bucket_bytes"], cost.latency, cost.per_byte, steps=cost.steps)
+    comm = allreduce_time(sent, *cost)
     zero = jnp.zeros_like(io)
     table = jnp.concatenate([io[None], h2d[None], forward, backward, comm, update[None], zero[None]])
     return table, sent

@@ -28,11 +28,34 @@ class Key:
     required: bool = False
 
 
-def _link_keys(table: str, what: str, default: str) -> list[Key]:
-    return [
+def _link_keys(table: str, what: str, default: str, collective: bool = True) -> list[Key]:
+    keys = [
         Key(f"{table}.name", str, default, "", f"{what} link", choices=lambda: tuple(catalog.LINKS)),
         Key(f"{table}.alpha", float, None, "s", f"{what} link latency", minimum=0.0),
         Key(f"{table}.bandwidth", float, None, "bytes/s", f"{what} link bandwidth", positive=True),
+    ]
+    if not collective:
+        return keys
+    # The link model's extensions (kernels/collectives.py); unset, each is a no-op.
+    return keys + [
+        Key(f"{table}.protocol_bytes", float, None, "bytes",
+            f"{what} all-reduce size above which the large-message pair applies (unset: never)", positive=True),
+        Key(f"{table}.large_alpha", float, None, "s", f"{what} latency above protocol_bytes (unset: alpha)",
+            minimum=0.0),
+        Key(f"{table}.large_bandwidth", float, None, "bytes/s",
+            f"{what} bandwidth above protocol_bytes (unset: bandwidth)", positive=True),
+        Key(f"{table}.chunk_bytes", float, None, "bytes",
+            f"{what} per-process share M/k above which the chunk pair applies (unset: never)", positive=True),
+        Key(f"{table}.chunk_alpha", float, None, "s", f"{what} latency above chunk_bytes (unset: large_alpha)",
+            minimum=0.0),
+        Key(f"{table}.chunk_bandwidth", float, None, "bytes/s",
+            f"{what} bandwidth above chunk_bytes (unset: large_bandwidth)", positive=True),
+        Key(f"{table}.alpha_exponent", float, None, "1",
+            f"{what} latency per step scales as (k/2)**this with k processes (unset: 0)"),
+        Key(f"{table}.large_alpha_exponent", float, None, "1",
+            f"{what} alpha_exponent above protocol_bytes (unset: alpha_exponent)"),
+        Key(f"{table}.bandwidth_exponent", float, None, "1",
+            f"{what} bandwidth per process scales as (k/2)**-this with k processes (unset: 0)"),
     ]
 
 
@@ -53,7 +76,7 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("grad_bytes", int, 4, "bytes", "bytes per gradient element", positive=True),
     *_link_keys("intra", "intra-node", "pcie3"),
     *_link_keys("inter", "inter-node", "10gbe"),
-    *_link_keys("h2d", "host-to-device", "pcie3"),
+    *_link_keys("h2d", "host-to-device", "pcie3", collective=False),
     Key("compute.efficiency", float, 0.6, "1", "peak efficiency at large batch", positive=True, maximum=1.0),
     Key("compute.b_half", float, 8.0, "samples", "batch of half efficiency", minimum=0.0),
     Key("compute.bwd_ratio", float, 2.0, "1", "backward/forward time ratio", positive=True),
