@@ -147,7 +147,7 @@ spec = {{"model": "resnet50", "batch_size": 64, "gpus_per_node": 4,
                     "strategy": ["bsp", "wfbp", "fusion", "mgwfbp"]}}}}
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
     start = time.perf_counter()
-    sweep.run(spec, output=os.path.join(d, "sampled.nc")).close()
+    sweep.run(spec, output=os.path.join(d, "sampled.nc"), open_result=False)
     print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -9,13 +9,15 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=None):
+def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=None, open_result: bool = True):
     """Evaluate a scenario; return the cube.
 
     With `output`, results stream into `output.partial` chunk by chunk and the
     file is renamed to `output` when complete; an interrupted run resumes from
     its completed chunks when called again with the same scenario and output.
-    The returned Dataset then reads lazily from the file.
+    The returned Dataset then reads lazily from the file (xarray still loads
+    coordinates, which for a sampled sweep hold one value per configuration:
+    pass `open_result=False` to get None instead and keep memory bounded).
     """
     import xarray as xr
 
@@ -51,7 +53,8 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
         return store.finish()
     if devices.leader:
         store.finish()
-        return xr.open_dataset(output, engine="h5netcdf")
+        if open_result:
+            return xr.open_dataset(output, engine="h5netcdf")
     return None
 
 

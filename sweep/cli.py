@@ -94,14 +94,15 @@ def _run(args) -> int:
             print(f"ssgd-sweep: {message}", file=sys.stderr)
 
     try:
-        cube = sweep.run(spec, output, chunk=args.chunk, quiet=args.quiet, log=log)
+        sweep.run(spec, output, chunk=args.chunk, quiet=args.quiet, log=log, open_result=False)
     except KeyboardInterrupt:
         print(f"ssgd-sweep: interrupted; run the same command again to resume into {output}", file=sys.stderr)
         return 130
-    if cube is not None:
-        log(f"wrote {output}: {spec.size:,} configurations, dims {dict(cube.sizes)}, "
-            f"{cube.attrs['devices']} device(s)")
-        cube.close()
+    import jax
+
+    if jax.process_index() == 0:
+        log(f"wrote {output}: {spec.size:,} configurations, dims {dict(zip(spec.dims, spec.shape))}, "
+            f"{jax.device_count()} device(s)")
     return 0
 
 
