@@ -24,27 +24,24 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
     from sweep.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
     from sweep.plan import Plan
     from sweep.spec import Spec, load_spec
-    from sweep.store import MemoryStore, NetcdfStore, fingerprint, make_layout
+    from sweep.store import MemoryStore, NetcdfStore, NullStore, fingerprint, make_layout
 
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
     devices = visible_devices()
     target = chunk or DEFAULT_CHUNK
     plan = Plan(spec, target, multiple=devices.count)
-    first = next(plan.chunks())
-    layout = make_layout(spec, devices.count, _disk_chunks(plan.box_shape(first), first.box, spec.shape))
+    layout = make_layout(spec, devices.count, plan.disk_chunks())
     if output is None:
         store = MemoryStore(layout)
     elif devices.leader:
         store = NetcdfStore(output, layout, fingerprint(spec, plan.length, target), log)
     else:
-        store = MemoryStore.__new__(MemoryStore)  # other processes compute, process 0 writes
-        store.completed = set()
+        store = NullStore()
     progress = make_progress(spec.size, quiet or not devices.leader)
     try:
         run_plan(spec, store, plan, devices, progress)
     except BaseException:
-        if devices.leader:
-            store.abort()
+        store.abort()
         raise
     finally:
         if progress is not None:
@@ -56,12 +53,6 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
         if open_result:
             return xr.open_dataset(output, engine="h5netcdf")
     return None
-
-
-def _disk_chunks(block_shape, box, shape) -> tuple[int, ...]:
-    """On-disk chunk shape: one compute chunk's box (1 along fixed axes)."""
-    dims = iter(block_shape)
-    return tuple(max(1, min(next(dims), n)) if isinstance(b, slice) else 1 for b, n in zip(box, shape))
 
 
 __all__ = ["run", "__version__"]

@@ -89,6 +89,13 @@ class Plan:
         shape = self.spec.shape
         return tuple(len(range(*b.indices(shape[i]))) for i, b in enumerate(chunk.box) if isinstance(b, slice))
 
+    def disk_chunks(self) -> tuple[int, ...]:
+        """On-disk (HDF5) chunk shape: the first compute chunk's box, 1 along
+        the axes a chunk holds fixed."""
+        first = next(self.chunks())
+        dims = iter(self.box_shape(first))
+        return tuple(next(dims) if isinstance(b, slice) else 1 for b in first.box)
+
     def indices(self, chunk: Chunk) -> dict[int, np.ndarray]:
         """Per cube dimension, the index of each configuration of the chunk
         (padded by repeating the last configuration)."""

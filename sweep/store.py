@@ -94,6 +94,17 @@ class MemoryStore:
         pass
 
 
+class NullStore:
+    """For processes other than 0 in a cluster: they compute, process 0 writes."""
+    completed: frozenset = frozenset()
+
+    def write(self, chunk, block, sampled) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
 class NetcdfStore:
     """Streams chunks into OUT.nc.partial; renames to OUT.nc when complete."""
 
