@@ -34,6 +34,9 @@ class CompiledDag:
     slot_layer: np.ndarray  # [S] int32: 0-based layer owning each comm slot, backward order
     slot_params: np.ndarray  # [S] float32: parameters whose gradients that slot carries
     total_params: np.ndarray  # [] float32
+    # Measured per-layer seconds (compute.trace), replacing FLOP-based times; None without a trace.
+    layer_forward_time: np.ndarray | None = None  # [L] float32
+    layer_backward_time: np.ndarray | None = None  # [L] float32
 
     @property
     def num_tasks(self) -> int:
@@ -119,7 +122,18 @@ def compile_model(layer_params, layer_flops, iterations: int) -> tuple[CompiledD
 
 
 @functools.lru_cache(maxsize=64)
-def compile_zoo_model(name: str, seq_len: int | None, iterations: int) -> tuple[CompiledDag, Dag]:
-    """Compiled DAG of a zoo model, cached: every chunk of a sweep shares it."""
+def compile_zoo_model(name: str, seq_len: int | None, iterations: int,
+                      trace: str | None = None) -> tuple[CompiledDag, Dag]:
+    """Compiled DAG of a zoo model, cached: every chunk of a sweep shares it.
+    With `trace` (a `compute.trace` file) it carries the measured per-layer
+    forward and backward seconds (`sweep.layer_trace`)."""
     model = zoo.get_model(name, seq_len)
-    return compile_model([l.params for l in model.layers], [l.forward_flops for l in model.layers], iterations)
+    compiled, dag = compile_model([l.params for l in model.layers], [l.forward_flops for l in model.layers],
+                                  iterations)
+    if trace is not None:
+        from sweep.layer_trace import trace_times
+
+        forward, backward = trace_times(trace, name, seq_len)
+        compiled = dataclasses.replace(compiled, layer_forward_time=np.asarray(forward, np.float32),
+                                       layer_backward_time=np.asarray(backward, np.float32))
+    return compiled, dag

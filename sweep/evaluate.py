@@ -91,7 +91,7 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 def _dispatch(spec, plan, chunk, devices):
     s = chunk.structure
     model = zoo.get_model(s["model"], s["seq_len"])
-    dag, _ = compile_zoo_model(s["model"], s["seq_len"], s["iterations"])
+    dag, _ = compile_zoo_model(s["model"], s["seq_len"], s["iterations"], s.get("compute.trace"))
     columns, sampled = plan.columns(chunk)
     params = kernel_params(columns, model, chunk.padded, compact=True)
     tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))

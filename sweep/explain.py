@@ -40,13 +40,20 @@ def explain(spec: Spec) -> dict:
     seq_len = structural_value(spec, "seq_len", point)
     iterations = structural_value(spec, "iterations", point)
     model = zoo.get_model(name, seq_len)
-    compiled, dag = compile_zoo_model(name, seq_len, iterations)
+    trace = structural_value(spec, "compute.trace", point)
+    compiled, dag = compile_zoo_model(name, seq_len, iterations, trace)
     params = point_params(point, model, np.float64)
     # Model data in float64 too, straight from the zoo (the compiled copy is float32).
     slot_params = np.array([model.layers[l].params for l in compiled.slot_layer], np.float64)
     compiled = dataclasses.replace(
         compiled, layer_flops=np.array([l.forward_flops for l in model.layers], np.float64),
         slot_params=slot_params, total_params=np.float64(model.params))
+    if trace is not None:
+        from sweep.layer_trace import trace_times
+
+        forward, backward = trace_times(trace, name, seq_len)
+        compiled = dataclasses.replace(compiled, layer_forward_time=np.asarray(forward, np.float64),
+                                       layer_backward_time=np.asarray(backward, np.float64))
 
     with jax.enable_x64(True):
         p64 = {k: jnp.asarray(v) for k, v in params.items()}

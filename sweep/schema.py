@@ -81,6 +81,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("compute.b_half", float, 8.0, "samples", "batch of half efficiency", minimum=0.0),
     Key("compute.bwd_ratio", float, 2.0, "1", "backward/forward time ratio", positive=True),
     Key("compute.measured_throughput", float, None, "samples/s", "measured single-GPU throughput", positive=True),
+    Key("compute.trace", str, None, "",
+        "measured per-layer forward and backward times: CSV (layer, forward_time, backward_time) "
+        "or PyTorch profiler Chrome trace JSON"),
     Key("compute.update_bytes_per_param", float, 16.0, "bytes", "memory traffic of the update per parameter",
         positive=True),
     Key("io.time_per_sample", float, 1e-4, "s", "read and decode time per sample", minimum=0.0),
@@ -90,7 +93,7 @@ KEYS: dict[str, Key] = {k.name: k for k in [
 ]}
 
 # Keys that change the DAG's shape or layer data: a sweep compiles once per value.
-STRUCTURAL = ("model", "seq_len", "iterations")
+STRUCTURAL = ("model", "seq_len", "iterations", "compute.trace")
 
 # A bare string for these tables names the catalog entry.
 TABLES_WITH_NAME = ("gpu", "intra", "inter", "h2d")

@@ -23,6 +23,9 @@ from sweep.schema import KEYS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonica
 
 # Top-level keys that are not model parameters.
 CONTROL_KEYS = ("outputs",)
+# Top-level tables that are metadata, not scenario keys: `[fit]` (fit quality
+# and uncertainties that `ssgd-sweep calibrate` writes next to fitted values).
+METADATA_TABLES = ("fit",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +91,10 @@ class Spec:
 def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     """A validated Spec from a TOML path or an already-parsed mapping."""
     if isinstance(source, Mapping):
-        raw = source
+        raw, base_dir = source, None
     else:
-        raw = _read_toml(Path(source))
+        raw, base_dir = _read_toml(Path(source)), Path(source).parent
+    raw = {k: v for k, v in raw.items() if k not in METADATA_TABLES}
     fixed: dict[str, object] = {}
     axes: list[Axis] = []
     written_as: dict[str, str] = {}
@@ -109,10 +113,41 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
         else:
             fixed[key] = check_value(written, value)
     sample = parse_sample(sample_raw, set(written_as)) if sample_raw is not None else None
+    fixed, axes = _resolve_traces(fixed, axes, base_dir)
     spec = Spec(fixed, tuple(axes), outputs, sample)
     _check_required(spec)
     _check_models(spec)
+    _check_traces(spec)
     return spec
+
+
+def _resolve_traces(fixed: dict, axes: list, base_dir: Path | None) -> tuple[dict, list]:
+    """`compute.trace` paths relative to the scenario file's directory."""
+    if base_dir is None:
+        return fixed, axes
+
+    def resolve(value: str) -> str:
+        return value if os.path.isabs(value) else str(base_dir / value)
+
+    key = "compute.trace"
+    if key in fixed:
+        fixed = {**fixed, key: resolve(fixed[key])}
+    axes = [dataclasses.replace(a, values=tuple(resolve(v) for v in a.values)) if a.key == key else a
+            for a in axes]
+    return fixed, axes
+
+
+def _check_traces(spec: Spec) -> None:
+    """Every trace must load and match every model it is paired with."""
+    traces = [t for t in _values(spec, "compute.trace") if t is not None]
+    if not traces:
+        return
+    from sweep.layer_trace import trace_times
+
+    for trace in traces:
+        for model in _values(spec, "model"):
+            for seq_len in _values(spec, "seq_len"):
+                trace_times(trace, model, seq_len)
 
 
 def sample_table(sample: Sample) -> dict:

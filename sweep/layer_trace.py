@@ -1,0 +1,178 @@
+"""Measured per-layer times (`compute.trace = "FILE"`): load, and match to the zoo.
+
+Two formats, told apart by content (a JSON document or not):
+
+- CSV with a header naming `layer`, `forward_time` and `backward_time`
+  (seconds for one batch at the scenario's batch size), one row per layer.
+- A Chrome trace (JSON, what `torch.profiler.profile(...).export_chrome_trace`
+  writes): complete events (`"ph": "X"`, `dur` in microseconds) named after
+  layers. A layer's forward event carries its name (`layer1.0.conv1`, the
+  PyTorch module name, which is also the zoo's), optionally prefixed
+  `nn.Module: ` or `forward: `; its backward event is named `<layer>.backward`,
+  `<layer> (backward)` or `backward: <layer>`. Such events come from
+  `torch.profiler.record_function(name)` around each module's forward and
+  backward (module hooks): events of category `user_annotation` (or with no
+  category); operator, kernel and runtime events are ignored. When GPU-side
+  annotations (`gpu_user_annotation`) exist they are used instead of the
+  CPU-side ones, since they time the kernels.
+
+A layer seen several times (several profiled iterations) gets its mean time.
+Matching: by name when every zoo layer appears in the trace; entries that are
+not zoo layers (activations, pooling: the zoo lists only layers that hold
+parameters) are added to the zoo layer before them in forward order (or the
+first one), so the measured total is kept. Otherwise by order, when the trace
+has exactly as many entries as the model has layers. Anything else is an
+error naming the missing layers.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import io
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+from sweep import zoo
+from sweep.schema import SpecError
+
+KEY = "compute.trace"
+CSV_COLUMNS = ("layer", "forward_time", "backward_time")
+_BACKWARD = (re.compile(r"^(?P<name>.+)\.backward$"), re.compile(r"^(?P<name>.+) \(backward\)$"),
+             re.compile(r"^backward: (?P<name>.+)$"))
+_FORWARD_PREFIXES = ("nn.Module: ", "forward: ")
+# Event categories that hold layer annotations (record_function); operators,
+# kernels and runtime events (cpu_op, kernel, cuda_runtime, ...) are not layers.
+_ANNOTATIONS = ("user_annotation", "gpu_user_annotation")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTrace:
+    path: str
+    names: tuple[str, ...]  # in order of first appearance
+    forward: tuple[float, ...]  # seconds, mean over occurrences
+    backward: tuple[float, ...]
+
+
+def load_trace(path: str | os.PathLike) -> LayerTrace:
+    """A trace from a CSV or Chrome-trace JSON file; SpecError if unreadable."""
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(KEY, path, f"cannot read file ({err.__class__.__name__}: {getattr(err, 'strerror', None) or err})")
+    stripped = text.lstrip()
+    if stripped.startswith("{") or stripped.startswith("["):
+        return _from_chrome(path, text)
+    return _from_csv(path, text)
+
+
+def _from_csv(path: str, text: str) -> LayerTrace:
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in CSV_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(KEY, path, f"CSV needs columns {', '.join(CSV_COLUMNS)}; missing {', '.join(missing)}")
+    sums: dict[str, list[float]] = {}
+    for line, row in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+        name = row["layer"]
+        if not name:
+            raise SpecError(KEY, path, f"line {line}: empty layer name")
+        times = []
+        for column in CSV_COLUMNS[1:]:
+            try:
+                value = float(row[column])
+            except ValueError:
+                raise SpecError(KEY, path, f"line {line}: {column} = {row[column]!r} is not a number")
+            if not math.isfinite(value) or value < 0:
+                raise SpecError(KEY, path, f"line {line}: {column} = {row[column]!r} must be finite and >= 0")
+            times.append(value)
+        _add(sums, name, *times)
+    return _trace(path, sums)
+
+
+def _from_chrome(path: str, text: str) -> LayerTrace:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError(KEY, path, f"not valid JSON: {err}")
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise SpecError(KEY, path, "a Chrome trace needs a traceEvents list")
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "name" in e and "dur" in e
+                and e.get("cat", "user_annotation") in _ANNOTATIONS]
+    if any(e.get("cat") == "gpu_user_annotation" for e in complete):
+        complete = [e for e in complete if e.get("cat") == "gpu_user_annotation"]
+    sums: dict[str, list[float]] = {}
+    for event in sorted(complete, key=lambda e: float(e.get("ts", 0.0))):
+        name, seconds = str(event["name"]), float(event["dur"]) * 1e-6
+        for pattern in _BACKWARD:
+            match = pattern.match(name)
+            if match:
+                _add(sums, _strip(match["name"]), None, seconds)
+                break
+        else:
+            _add(sums, _strip(name), seconds, None)
+    if not sums:
+        raise SpecError(KEY, path, "no complete (\"ph\": \"X\") events named after layers")
+    return _trace(path, sums)
+
+
+def _strip(name: str) -> str:
+    for prefix in _FORWARD_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _add(sums: dict, name: str, forward: float | None, backward: float | None) -> None:
+    """Record one occurrence of a layer's forward and/or backward time."""
+    entry = sums.setdefault(name, ([], []))
+    if forward is not None:
+        entry[0].append(forward)
+    if backward is not None:
+        entry[1].append(backward)
+
+
+def _trace(path: str, sums: dict) -> LayerTrace:
+    if not sums:
+        raise SpecError(KEY, path, "the trace holds no layers")
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    return LayerTrace(path, tuple(sums), tuple(mean(f) for f, _ in sums.values()),
+                      tuple(mean(b) for _, b in sums.values()))
+
+
+def match_trace(trace: LayerTrace, model: zoo.Model) -> tuple[np.ndarray, np.ndarray]:
+    """(forward [L], backward [L]) seconds per zoo layer, in forward order."""
+    layer_names = [layer.name for layer in model.layers]
+    where = {name: i for i, name in enumerate(layer_names)}
+    forward = np.zeros(len(layer_names))
+    backward = np.zeros(len(layer_names))
+    missing = [name for name in layer_names if name not in trace.names]
+    if not missing:
+        owner = 0
+        for name, f, b in zip(trace.names, trace.forward, trace.backward):
+            owner = where.get(name, owner)  # not a zoo layer: belongs to the layer before it
+            forward[owner] += f
+            backward[owner] += b
+        return forward, backward
+    if len(trace.names) == len(layer_names):
+        return np.asarray(trace.forward, np.float64), np.asarray(trace.backward, np.float64)
+    shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+    raise SpecError(KEY, trace.path,
+                    f"does not match {model.name}: {len(missing)} of its {len(layer_names)} layers are not in the "
+                    f"trace ({shown}), and its {len(trace.names)} entries cannot be matched by order "
+                    f"({model.name} has {len(layer_names)} layers)")
+
+
+@functools.lru_cache(maxsize=64)
+def trace_times(path: str, model_name: str, seq_len: int | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Matched (forward, backward) seconds per layer of a zoo model, cached."""
+    forward, backward = match_trace(load_trace(path), zoo.get_model(model_name, seq_len))
+    return tuple(forward.tolist()), tuple(backward.tolist())
