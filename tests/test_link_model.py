@@ -1,0 +1,211 @@
+"""The link model's extensions (kernels/collectives.py) against a plain-Python reference.
+
+The reference below is written from the module docstring: per phase, the
+regime of the message (protocol switch on the phase's message, chunk switch
+on each process's share, the chunk regime first), latency per step scaled by
+(k/2)**exponent, bandwidth by (k/2)**-bandwidth_exponent.
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.collectives import allreduce_time, collective_cost, piecewise_time
+from kernels.iteration import iteration_outputs, steady_state
+from kernels.smooth import maximum
+from sweep import zoo
+from sweep.compiler import compile_zoo_model
+from sweep.explain import explain
+from sweep.params import point_params
+from sweep.spec import load_spec
+
+from reference_rules import allreduce_closed_form
+
+FIELDS = ("alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth", "chunk_bytes",
+          "chunk_alpha", "chunk_bandwidth", "alpha_exponent", "large_alpha_exponent", "bandwidth_exponent")
+
+
+def resolved(link: dict) -> dict:
+    """Unset fields follow the documented rule."""
+    out = dict(link)
+    out.setdefault("protocol_bytes", math.inf)
+    out.setdefault("large_alpha", out["alpha"])
+    out.setdefault("large_bandwidth", out["bandwidth"])
+    out.setdefault("chunk_bytes", math.inf)
+    out.setdefault("chunk_alpha", out["large_alpha"])
+    out.setdefault("chunk_bandwidth", out["large_bandwidth"])
+    out.setdefault("alpha_exponent", 0.0)
+    out.setdefault("large_alpha_exponent", out["alpha_exponent"])
+    out.setdefault("bandwidth_exponent", 0.0)
+    return out
+
+
+def phase(m, k, steps, volume, link, chunk):
+    link = resolved(link)
+    if chunk > link["chunk_bytes"]:
+        alpha, bw, ea = link["chunk_alpha"], link["chunk_bandwidth"], link["large_alpha_exponent"]
+    elif m > link["protocol_bytes"]:
+        alpha, bw, ea = link["large_alpha"], link["large_bandwidth"], link["large_alpha_exponent"]
+    else:
+        alpha, bw, ea = link["alpha"], link["bandwidth"], link["alpha_exponent"]
+    half = k / 2
+    return steps * alpha * half ** ea + volume * m / (bw * half ** -link["bandwidth_exponent"])
+
+
+def reference(algorithm, m, n, g, intra, inter, servers=None):
+    p = n * g
+    if p == 1 or m == 0:
+        return 0.0
+    lg = math.ceil(math.log2(p))
+    if algorithm in ("ring", "rhd", "tree"):
+        link = inter if n > 1 else intra
+        steps = {"ring": 2 * (p - 1), "rhd": 2 * lg, "tree": 2 * lg}[algorithm]
+        volume = {"ring": 2 * (p - 1) / p, "rhd": 2 * (p - 1) / p, "tree": 2 * lg}[algorithm]
+        return phase(m, p, steps, volume, link, m / p)
+    local = phase(m, g, 2 * (g - 1), 2 * (g - 1) / g, intra, m / g)
+    if algorithm == "hierarchical":
+        return local + phase(m / g, n, 2 * (n - 1), 2 * (n - 1) / n, inter, m / g / n)
+    s = servers or n
+    return local + phase(m, n, 2, 2 * max(1.0, n / s), inter, m / s)
+
+
+def random_link(rng, alpha, bandwidth):
+    link = {"alpha": alpha, "bandwidth": bandwidth}
+    for name, value in (("protocol_bytes", rng.choice([6e3, 5e4, 3e5])),
+                        ("large_alpha", alpha * rng.uniform(1.5, 4)),
+                        ("large_bandwidth", bandwidth * rng.uniform(0.5, 2)),
+                        ("chunk_bytes", rng.choice([2e4, 7e4, 1.5e5])),
+                        ("chunk_alpha", alpha * rng.uniform(2, 6)),
+                        ("chunk_bandwidth", bandwidth * rng.uniform(0.5, 2)),
+                        ("alpha_exponent", rng.uniform(-0.8, 0.5)),
+                        ("large_alpha_exponent", rng.uniform(0.0, 1.3)),
+                        ("bandwidth_exponent", rng.uniform(-0.6, 0.6))):
+        if rng.random() < 0.8:  # some left unset: they follow
+            link[name] = float(value)
+    return link
+
+
+SHAPES = [(1, 2), (1, 4), (1, 8), (2, 1), (4, 1), (8, 1), (3, 2), (2, 4), (4, 4), (5, 3)]
+ALGORITHMS = ["ring", "rhd", "tree", "hierarchical", "ps"]
+# Message sizes off every break (breaks are round numbers times small integers).
+MESSAGES = np.array([0.0, 3.3, 1000.7, 7777.7, 33333.3, 123456.7, 987654.3, 3.1e6, 2.9e7])
+
+
+def cases():
+    rng = np.random.default_rng(11)
+    out = []
+    for algorithm in ALGORITHMS:
+        for n, g in SHAPES:
+            intra = random_link(rng, float(rng.choice([2e-6, 6e-6])), float(rng.choice([1e10, 6e10])))
+            inter = random_link(rng, float(rng.choice([1e-5, 4e-5])), float(rng.choice([1e9, 5e9])))
+            servers = int(rng.choice([1, 2, n])) if algorithm == "ps" else None
+            out.append((algorithm, n, g, intra, inter, servers))
+    return out
+
+
+CASES = cases()
+
+
+def params_of(algorithm, n, g, intra, inter, servers):
+    point = {"model": "alexnet", "batch_size": 8, "nodes": n, "gpus_per_node": g, "algorithm": algorithm}
+    for table, link in (("intra", intra), ("inter", inter)):
+        point.update({f"{table}.{k}": v for k, v in link.items()})
+    if servers is not None:
+        point["ps.servers"] = servers
+    return point_params(point, zoo.get_model("alexnet"), np.float64)
+
+
+def test_piecewise_cost_matches_reference():
+    import jax
+
+    with jax.enable_x64(True):
+        for algorithm, n, g, intra, inter, servers in CASES:
+            p = {k: jnp.asarray(v) for k, v in params_of(algorithm, n, g, intra, inter, servers).items()}
+            cost = collective_cost(p)
+            assert cost.steps is not None
+            got = np.asarray(allreduce_time(jnp.asarray(MESSAGES)[:, None], *cost))[:, 0]
+            want = [reference(algorithm, m, n, g, intra, inter, servers) for m in MESSAGES]
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{algorithm} n={n} g={g}")
+
+
+def test_unset_fields_follow_their_rule():
+    model = zoo.get_model("alexnet")
+    p = point_params({"model": "alexnet", "batch_size": 8, "inter.alpha": 3e-5, "inter.bandwidth": 2e9,
+                      "inter.large_bandwidth": 4e9, "inter.alpha_exponent": 0.25}, model, np.float64)
+    assert p["inter_large_alpha"][0] == 3e-5 and p["inter_chunk_alpha"][0] == 3e-5
+    assert p["inter_chunk_bandwidth"][0] == 4e9
+    assert p["inter_large_alpha_exponent"][0] == 0.25 and p["inter_bandwidth_exponent"][0] == 0.0
+    assert np.isinf(p["inter_protocol_bytes"][0]) and np.isinf(p["inter_chunk_bytes"][0])
+    # the intra link gets its catalog figures (pcie3) and no-op extensions
+    assert p["intra_large_bandwidth"][0] == p["intra_bandwidth"][0] == 15.75e9
+    # without any extension key the parameters stay plain and the cost affine
+    plain = point_params({"model": "alexnet", "batch_size": 8}, model)
+    assert "inter_protocol_bytes" not in plain
+    assert collective_cost({k: jnp.asarray(v) for k, v in plain.items()}).steps is None
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_no_op_values_reproduce_design_closed_forms(algorithm):
+    """Extension keys given at their no-op values: DESIGN 2.2 exactly, and the same iteration."""
+    model = zoo.get_model("resnet50")
+    dag, _ = compile_zoo_model("resnet50", None, 3)
+    for n, g in [(1, 4), (2, 4), (3, 2), (4, 1)]:
+        base = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
+                "strategy": "mgwfbp", "intra.alpha": 3e-6, "intra.bandwidth": 2e10,
+                "inter.alpha": 2.5e-5, "inter.bandwidth": 1.5e9}
+        noop = {**base, "inter.alpha_exponent": 0.0, "intra.bandwidth_exponent": 0.0,
+                "inter.large_alpha": 2.5e-5, "intra.large_bandwidth": 2e10}
+        p_plain, p_noop = point_params(base, model), point_params(noop, model)
+        assert "inter_protocol_bytes" in p_noop
+        cost = collective_cost({k: jnp.asarray(v) for k, v in p_noop.items()})
+        got = np.asarray(allreduce_time(jnp.asarray(MESSAGES, jnp.float32)[:, None], *cost))[:, 0]
+        want = [allreduce_closed_form(algorithm, m, n, g, 3e-6, 2e10, 2.5e-5, 1.5e9, None) for m in MESSAGES]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+        a = iteration_outputs(dag, {k: jnp.asarray(v) for k, v in p_plain.items()})
+        b = iteration_outputs(dag, {k: jnp.asarray(v) for k, v in p_noop.items()})
+        for name in a:
+            np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]), err_msg=name)
+
+
+def test_explain_comm_durations_follow_the_regimes():
+    """Through the channel: every bucket lasts the reference time of its bytes."""
+    inter = {"alpha": 2e-5, "bandwidth": 1.2e9, "protocol_bytes": 2.0e5, "large_alpha": 7e-5,
+             "large_bandwidth": 0.9e9, "chunk_bytes": 1.0e6, "chunk_alpha": 1.5e-4,
+             "alpha_exponent": -0.3, "large_alpha_exponent": 0.8, "bandwidth_exponent": 0.2}
+    intra = {"alpha": 5e-6, "bandwidth": 1.0e10}
+    for algorithm in ("ring", "hierarchical"):
+        doc = explain(load_spec({"model": "alexnet", "batch_size": 16, "nodes": 4, "gpus_per_node": 2,
+                                 "strategy": "wfbp", "algorithm": algorithm, "iterations": 2,
+                                 "intra": intra, "inter": inter}))
+        comms = [t for t in doc["tasks"] if t["kind"] == "comm"]
+        sizes = {t["bytes"] for t in comms}
+        assert min(sizes) < 2.0e5 < 8.0e6 < max(sizes), "buckets should span all three regimes"
+        for t in comms:
+            assert t["duration"] == pytest.approx(reference(algorithm, t["bytes"], 4, 2, intra, inter),
+                                                  rel=1e-9), (algorithm, t["bytes"])
+
+
+def test_smooth_versions_tend_to_the_hard_ones():
+    a = jnp.asarray([1.0, 2.0, 3.0, 5.0])
+    b = jnp.asarray([1.0, 2.5, 2.0, -1.0])
+    hard = np.asarray(jnp.maximum(a, b))
+    for t in (0.3, 0.01):
+        soft = np.asarray(maximum(a, b, jnp.float32(t)))
+        assert np.all(soft >= hard - 1e-6) and np.all(soft <= hard + t * math.log(2) + 1e-6)
+    # smooth steps at a small width agree with the hard ones away from the breaks
+    inter = {"alpha": 2e-5, "bandwidth": 1.2e9, "protocol_bytes": 2.0e5, "large_alpha": 7e-5}
+    p = {k: jnp.asarray(v) for k, v in params_of("ring", 4, 1, {"alpha": 5e-6, "bandwidth": 1e10},
+                                                    inter, None).items()}
+    cost = collective_cost(p)
+    m = jnp.asarray([1e3, 1e5, 1.5e5, 3e5, 1e6])[:, None]
+    hard = np.asarray(piecewise_time(m, *cost))
+    soft = np.asarray(piecewise_time(m, *cost, width=jnp.float32(0.01)))
+    np.testing.assert_allclose(soft, hard, rtol=1e-4)
+    # and the recursion: K iterations of a max-plus system
+    work, io, h2d = jnp.asarray([1.0, 0.2]), jnp.asarray([0.3, 0.5]), jnp.asarray([0.1, 0.1])
+    hard_t = np.asarray(steady_state(work, io, h2d, jnp.asarray([0.0, 1.0]), 4))
+    soft_t = np.asarray(steady_state(work, io, h2d, jnp.asarray([0.0, 1.0]), 4, jnp.float32(1e-4)))
+    np.testing.assert_allclose(soft_t, hard_t, rtol=1e-3)
