@@ -105,11 +105,10 @@ def _dispatch(spec, plan, chunk, devices):
 
 
 def _finish(chunk, out, sampled, plan, store, devices, progress):
-    results = devices.fetch(out)
-    if devices.leader:
-        shape = plan.box_shape(chunk)
-        block = {variable_name(name): values[:chunk.size].reshape(shape) for name, values in results.items()}
-        store.write(chunk, block, sampled)
+    results = devices.fetch(out)  # every process gets every result
+    shape = plan.box_shape(chunk)
+    block = {variable_name(name): values[:chunk.size].reshape(shape) for name, values in results.items()}
+    store.write(chunk, block, sampled)  # a NullStore on processes that do not write
     if progress is not None:
         progress.update(chunk.size)
 
