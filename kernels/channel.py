@@ -32,7 +32,7 @@ from kernels.smooth import maximum
 
 def comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte,
                  bytes_scale=1.0, ready_scale=1.0, return_sent=True, steps=None,
-                 temperature=None, width=None):
+                 temperature=None, width=None, fixed_buckets=False):
     """(sent [S, C] or None, channel finish [C], channel busy time [C]).
 
     `sent` holds each bucket's bytes on the slot that releases it, 0 elsewhere;
@@ -42,8 +42,13 @@ def comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte,
     never need to be materialised per configuration. `steps`
     (`kernels.collectives.Steps`) adds the link's protocol regimes to the
     affine cost; MG-WFBP's merge rule keeps the affine `latency` as the
-    startup latency a merge saves.
+    startup latency a merge saves. With `fixed_buckets` (a static promise
+    that every strategy is bsp or wfbp, whose buckets do not depend on
+    timing), the channel is evaluated in closed form instead of a scan.
     """
+    if fixed_buckets and steps is None and temperature is None and not return_sent:
+        return (None, *fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte,
+                                            bytes_scale, ready_scale))
     num_slots = slot_bytes.shape[0]
     shape = jnp.broadcast_shapes(slot_bytes.shape[1:], slot_ready.shape[1:], jnp.shape(latency),
                                  jnp.shape(strategy), jnp.shape(bytes_scale), jnp.shape(ready_scale),
@@ -79,3 +84,25 @@ def comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte,
     (_, finish, busy), sent = jax.lax.scan(step, (zeros, zeros, zeros),
                                            (slot_bytes, slot_ready, next_ready, is_last))
     return sent, finish, busy
+
+
+def fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0):
+    """(channel finish [C], busy time [C]) for bsp and wfbp, without a scan.
+
+    wfbp sends every slot: the FIFO recurrence c_s = max(c_{s-1}, r_s) + d_s
+    unrolls to c = max_s (r_s + sum_{j >= s} d_j), and with d_j = latency +
+    per_byte * bytes_j for non-empty slots the suffix sums are per-slot
+    constants: one fused max-reduction over slots. bsp sends one bucket of
+    everything when the last slot is ready.
+    """
+    nonempty = (slot_bytes > 0).astype(slot_bytes.dtype)
+    count_after = jnp.cumsum(nonempty[::-1], axis=0)[::-1]
+    bytes_after = jnp.cumsum(slot_bytes[::-1], axis=0)[::-1]
+    wfbp_finish = jnp.max(slot_ready * ready_scale + latency * count_after
+                          + per_byte * bytes_scale * bytes_after, axis=0)
+    total = bytes_after[0] * bytes_scale
+    bsp_busy = jnp.where(total > 0, latency + per_byte * total, 0.0)
+    wfbp_busy = latency * count_after[0] + per_byte * total
+    is_wfbp = strategy == WFBP
+    finish = jnp.where(is_wfbp, wfbp_finish, slot_ready[-1] * ready_scale + bsp_busy)
+    return finish, jnp.where(is_wfbp, wfbp_busy, bsp_busy)

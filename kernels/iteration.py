@@ -75,14 +75,15 @@ def steady_state(work, io, h2d, prefetch, iterations: int, temperature=None):
     return (update - first) / (iterations - 1)
 
 
-def iteration_outputs(dag, p):
+def iteration_outputs(dag, p, fixed_buckets=False):
     """All outputs of DESIGN 2.4 as a dict of [C] arrays.
 
     The iteration with free communication is also the single-GPU case (P = 1
     costs nothing): it gives speedup, efficiency and exposed communication.
     `bottleneck` is the resource with the most busy time per iteration
     (compute, the communication channel, or input): the one that bounds
-    throughput once everything else overlaps.
+    throughput once everything else overlaps. `fixed_buckets` (static)
+    promises every strategy is bsp or wfbp: the channel then has a closed form.
     """
     forward_units, backward_units, forward, backward, update = compute_profile(dag, p)
     cost = collective_cost(p)
@@ -90,7 +91,7 @@ def iteration_outputs(dag, p):
     _, channel_end, busy = comm_channel(
         p["strategy"], dag.slot_params[:, None], slot_ready_flops(dag, backward_units)[:, None],
         p["bucket_bytes"], cost.latency, cost.per_byte, bytes_scale=p["grad_bytes"], ready_scale=backward,
-        return_sent=False, steps=cost.steps, temperature=temperature, width=width)
+        return_sent=False, steps=cost.steps, temperature=temperature, width=width, fixed_buckets=fixed_buckets)
     io, h2d = input_times(p)
 
     forward_time = forward_units.sum() * forward

@@ -41,16 +41,17 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "size", "tangents"))
-def _sweep_kernel(dag, params, outputs, size, tangents=()):
+@functools.partial(jax.jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets"))
+def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
     """The requested outputs for one chunk. `tangents` holds, per sensitivity
-    output, its (parameter, multiplier) pairs (see sweep.sensitivity)."""
+    output, its (parameter, multiplier) pairs (see sweep.sensitivity);
+    `fixed_buckets`, that the scenario only ever uses bsp or wfbp."""
     TRACES[outputs] += 1  # runs only while tracing
-    out = iteration_outputs(dag, params)
+    out = iteration_outputs(dag, params, fixed_buckets)
     floats = {k: v for k, v in params.items() if jnp.issubdtype(v.dtype, jnp.floating)}
 
     def iteration_time(float_params):
-        return iteration_outputs(dag, {**params, **float_params})["iteration_time"]
+        return iteration_outputs(dag, {**params, **float_params}, fixed_buckets)["iteration_time"]
 
     for name, rule in tangents:
         direction = {k: jnp.zeros_like(v) for k, v in floats.items()}
@@ -67,6 +68,32 @@ def structural_value(spec: Spec, key: str, values: dict[str, object]):
     if key in values:
         return values[key]
     return spec.fixed.get(key, KEYS[key].default)
+
+
+def spec_strategies(spec: Spec) -> set[str]:
+    """Every strategy the scenario's configurations can use (explicit, or
+    from their presets, or the default). Decided per scenario, not per chunk,
+    so a configuration's result never depends on how the sweep is chunked."""
+    from sweep.params import DEFAULT_STRATEGY
+    from sweep.presets import PRESETS
+
+    def values(key):
+        if key in spec.fixed:
+            return {spec.fixed[key]}
+        axis = spec.axis(key)
+        if axis is not None:
+            return set(axis.values)
+        if spec.sample is not None:
+            for d in spec.sample.dimensions:
+                if d.key == key:
+                    return set(d.choices)
+        return set()
+
+    explicit = values("strategy")
+    if explicit:
+        return explicit
+    presets = values("preset")
+    return {PRESETS[p].strategy for p in presets} if presets else {DEFAULT_STRATEGY}
 
 
 def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> None:
@@ -100,7 +127,8 @@ def _dispatch(spec, plan, chunk, devices):
         for param, multiplier in rule:
             if multiplier is not None and params[multiplier].shape > params[param].shape:
                 params[param] = np.broadcast_to(params[param], params[multiplier].shape).copy()
-    out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents)
+    out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents,
+                        spec_strategies(spec) <= {"bsp", "wfbp"})
     return out, sampled  # asynchronous
 
 

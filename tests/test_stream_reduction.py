@@ -69,3 +69,48 @@ def test_reduction_is_differentiable():
     workers, message = 16, 4 * zoo.get_model("resnet50").params
     expected = -2 * (workers - 1) / workers * message / bw.astype(np.float64) ** 2
     np.testing.assert_allclose(grad, expected, rtol=1e-4)
+
+
+def test_closed_form_channel_equals_the_scan():
+    """bsp and wfbp in closed form (max of suffix sums) against the scan, on
+    random slots with empty ones, per-configuration scales and strategies."""
+    from kernels.channel import comm_channel, fixed_bucket_channel
+    from kernels.codes import BSP, WFBP
+
+    rng = np.random.default_rng(5)
+    slots, configs = 40, 64
+    slot_bytes = rng.integers(0, 5, (slots, 1)) * rng.uniform(1e3, 1e7, (slots, 1))
+    slot_ready = np.cumsum(rng.uniform(0, 1, (slots, 1)), axis=0)
+    strategy = rng.choice([BSP, WFBP], configs).astype(np.int32)
+    latency, per_byte = rng.uniform(0, 0.2, configs), rng.uniform(1e-9, 1e-7, configs)
+    bytes_scale, ready_scale = rng.uniform(1, 4, configs), rng.uniform(0.1, 10, configs)
+    args = [np.asarray(a, np.float32) for a in (slot_bytes, slot_ready)]
+    _, finish, busy = comm_channel(strategy, *args, np.float32(1), latency.astype(np.float32),
+                                   per_byte.astype(np.float32), bytes_scale.astype(np.float32),
+                                   ready_scale.astype(np.float32), return_sent=False)
+    closed_finish, closed_busy = fixed_bucket_channel(strategy, *args, latency.astype(np.float32),
+                                                      per_byte.astype(np.float32), bytes_scale.astype(np.float32),
+                                                      ready_scale.astype(np.float32))
+    np.testing.assert_allclose(closed_finish, finish, rtol=1e-5)
+    np.testing.assert_allclose(closed_busy, busy, rtol=1e-5)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_bsp_and_wfbp_sweeps_match_explain(prefetch):
+    """A scenario with only bsp and wfbp takes the closed-form channel."""
+    import sweep
+    from kernels.codes import ALGORITHMS
+    from sweep.explain import explain
+    from sweep.spec import load_spec
+
+    base = {"model": "googlenet", "batch_size": 16, "nodes": 3, "gpus_per_node": 2,
+            "io": {"prefetch": prefetch, "time_per_sample": 5e-4},
+            "inter": {"alpha": 3e-4, "bandwidth": 2e9}}
+    cube = sweep.run({**base, "strategy": ["bsp", "wfbp"], "algorithm": list(ALGORITHMS)})
+    for strategy in ("bsp", "wfbp"):
+        for algorithm in ALGORITHMS:
+            doc = explain(load_spec({**base, "strategy": strategy, "algorithm": algorithm}))
+            got = cube.sel(strategy=strategy, algorithm=algorithm)
+            assert float(got["iteration_time"]) == pytest.approx(doc["iteration_time"], rel=2e-5)
+            assert float(got["communication_time"]) == pytest.approx(doc["breakdown"]["communication_time"],
+                                                                      rel=2e-5)
