@@ -98,8 +98,12 @@ def fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte, by
     nonempty = (slot_bytes > 0).astype(slot_bytes.dtype)
     count_after = jnp.cumsum(nonempty[::-1], axis=0)[::-1]
     bytes_after = jnp.cumsum(slot_bytes[::-1], axis=0)[::-1]
-    wfbp_finish = jnp.max(slot_ready * ready_scale + latency * count_after
-                          + per_byte * bytes_scale * bytes_after, axis=0)
+    # Unrolled over slots, a chain of elementwise maxima: XLA fuses it into a
+    # single pass over configurations (a reduction over [S, C] would not fuse).
+    wfbp_finish = None
+    for s in range(slot_bytes.shape[0]):
+        finish_s = slot_ready[s] * ready_scale + latency * count_after[s] + per_byte * bytes_scale * bytes_after[s]
+        wfbp_finish = finish_s if wfbp_finish is None else jnp.maximum(wfbp_finish, finish_s)
     total = bytes_after[0] * bytes_scale
     bsp_busy = jnp.where(total > 0, latency + per_byte * total, 0.0)
     wfbp_busy = latency * count_after[0] + per_byte * total

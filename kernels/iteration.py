@@ -16,6 +16,7 @@ Two evaluations of the same DAG live here:
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from kernels.channel import comm_channel
@@ -75,16 +76,9 @@ def steady_state(work, io, h2d, prefetch, iterations: int, temperature=None):
     return (update - first) / (iterations - 1)
 
 
-def iteration_outputs(dag, p, fixed_buckets=False):
-    """All outputs of DESIGN 2.4 as a dict of [C] arrays.
-
-    The iteration with free communication is also the single-GPU case (P = 1
-    costs nothing): it gives speedup, efficiency and exposed communication.
-    `bottleneck` is the resource with the most busy time per iteration
-    (compute, the communication channel, or input): the one that bounds
-    throughput once everything else overlaps. `fixed_buckets` (static)
-    promises every strategy is bsp or wfbp: the channel then has a closed form.
-    """
+def iteration_primaries(dag, p, fixed_buckets=False):
+    """Iteration time, single-GPU (free communication) time, and the busy
+    time of compute, communication and input, as [C] arrays."""
     forward_units, backward_units, forward, backward, update = compute_profile(dag, p)
     cost = collective_cost(p)
     temperature, width = (p.get(name) for name in SMOOTHING)
@@ -97,11 +91,27 @@ def iteration_outputs(dag, p, fixed_buckets=False):
     forward_time = forward_units.sum() * forward
     backward_time = backward_units.sum() * backward
     compute_time = forward_time + backward_time + update
-    work = forward_time + maximum(backward_time, channel_end, temperature) + update
+    # The channel's overhang past the backward pass; an idle channel (P = 1,
+    # nothing to send) has none. Work is compute time plus the overhang and is
+    # evaluated in one call with it, so no overhang gives bit-identical times.
+    overhang = jnp.where(busy > 0, maximum(backward_time, channel_end, temperature) - backward_time, 0.0)
+    work = compute_time + overhang
     iterations = dag.update_tasks.shape[0]
-    t = steady_state(work, io, h2d, p["prefetch"], iterations, temperature)
-    t_free_comm = steady_state(compute_time, io, h2d, p["prefetch"], iterations, temperature)
-    io_time = io + h2d
+    work, compute_time = jnp.broadcast_arrays(work, compute_time)
+    t, t_free_comm = steady_state(jnp.stack([work, compute_time]), io, h2d, p["prefetch"], iterations, temperature)
+    return {"iteration_time": t, "single_gpu_time": t_free_comm, "compute_time": compute_time,
+            "communication_time": busy, "io_time": io + h2d}
+
+
+def derived_outputs(primary, p):
+    """The outputs of DESIGN 2.4 from `iteration_primaries`.
+
+    A separate step on purpose: a sweep jits it apart from the primaries, so
+    XLA cannot fuse the channel evaluation into every output that divides by
+    the iteration time (it did, computing it once per such output).
+    """
+    t, t_free_comm = primary["iteration_time"], primary["single_gpu_time"]
+    compute_time, busy, io_time = primary["compute_time"], primary["communication_time"], primary["io_time"]
     return {
         "iteration_time": t,
         "throughput": p["workers"] * p["batch_size"] / t,
@@ -114,6 +124,19 @@ def iteration_outputs(dag, p, fixed_buckets=False):
         "bottleneck": jnp.argmax(jnp.stack(jnp.broadcast_arrays(compute_time, busy, io_time)), axis=0)
         .astype(jnp.int32),
     }
+
+
+def iteration_outputs(dag, p, fixed_buckets=False):
+    """All outputs of DESIGN 2.4 as a dict of [C] arrays.
+
+    The iteration with free communication is also the single-GPU case (P = 1
+    costs nothing): it gives speedup, efficiency and exposed communication.
+    `bottleneck` is the resource with the most busy time per iteration
+    (compute, the communication channel, or input): the one that bounds
+    throughput once everything else overlaps. `fixed_buckets` (static)
+    promises every strategy is bsp or wfbp: the channel then has a closed form.
+    """
+    return derived_outputs(iteration_primaries(dag, p, fixed_buckets), p)
 
 
 def task_durations(dag, p):

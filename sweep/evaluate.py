@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.iteration import iteration_outputs
+from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
 from sweep import zoo
 from sweep.compiler import compile_zoo_model
 from sweep.devices import Devices, visible_devices
@@ -41,17 +41,24 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets"))
 def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
-    """The requested outputs for one chunk. `tangents` holds, per sensitivity
-    output, its (parameter, multiplier) pairs (see sweep.sensitivity);
-    `fixed_buckets`, that the scenario only ever uses bsp or wfbp."""
-    TRACES[outputs] += 1  # runs only while tracing
-    out = iteration_outputs(dag, params, fixed_buckets)
+    """The requested outputs for one chunk, in two compiled steps (see
+    `kernels.iteration.derived_outputs` for why). `tangents` holds, per
+    sensitivity output, its (parameter, multiplier) pairs (see
+    sweep.sensitivity); `fixed_buckets`, that the scenario only ever uses bsp
+    or wfbp."""
+    primary = _primary_kernel(dag, params, tangents, fixed_buckets)
+    return _output_kernel(primary, params, outputs, size)
+
+
+@functools.partial(jax.jit, static_argnames=("tangents", "fixed_buckets"))
+def _primary_kernel(dag, params, tangents, fixed_buckets):
+    TRACES[tangents, fixed_buckets] += 1  # runs only while tracing
+    out = iteration_primaries(dag, params, fixed_buckets)
     floats = {k: v for k, v in params.items() if jnp.issubdtype(v.dtype, jnp.floating)}
 
     def iteration_time(float_params):
-        return iteration_outputs(dag, {**params, **float_params}, fixed_buckets)["iteration_time"]
+        return iteration_primaries(dag, {**params, **float_params}, fixed_buckets)["iteration_time"]
 
     for name, rule in tangents:
         direction = {k: jnp.zeros_like(v) for k, v in floats.items()}
@@ -59,6 +66,13 @@ def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
             scale = 1.0 if multiplier is None else floats[multiplier]  # host made it no wider than param
             direction[param] = jnp.ones_like(floats[param]) * scale
         out[name] = jax.jvp(iteration_time, (floats,), (direction,))[1]
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("outputs", "size"))
+def _output_kernel(primary, params, outputs, size):
+    TRACES[outputs] += 1  # runs only while tracing
+    out = {**primary, **derived_outputs(primary, params)}
     # Outputs that depend on single-valued keys only come out as [1]: broadcast.
     return {name: jnp.broadcast_to(out[name], (size,)) for name in outputs}
 
