@@ -8,7 +8,8 @@ For every device count the script runs, side by side in one process:
              DAG (experiments/fused_reference.py: straight-line numba code, one
              variable per task, parallel over configurations);
   kernel     the sweep kernel alone on one pre-built chunk;
-  sweep.run  the whole path: parameter resolution, sharding, kernel, results.
+  sweep.run  the whole path: parameter resolution, sharding, kernel, results
+             (and the same grid under mgwfbp, whose buckets need the channel scan).
 on a 1,048,576-configuration grid, best of several repeats. It also reports
 the compile time of a 3-iteration bert_large DAG (host DAG build + XLA) and
 the process's peak resident memory. On a GPU machine it adds a large grid.
@@ -94,8 +95,10 @@ def worker(devices: int, memory: bool, gpu_log2: int) -> dict:
     kparams = devs.put(kernel_params(kplan.columns(kchunk)[0], model, kchunk.padded, compact=True))
     outputs = spec.outputs
 
+    fixed = evaluate.spec_strategies(spec) <= {"bsp", "wfbp"}
+
     def kernel():
-        jax.block_until_ready(evaluate._sweep_kernel(compiled, kparams, outputs, kchunk.padded))
+        jax.block_until_ready(evaluate._sweep_kernel(compiled, kparams, outputs, kchunk.padded, (), fixed))
 
     kernel()
     result["kernel_rate"] = kchunk.padded / best_of(kernel, 5)
@@ -107,6 +110,10 @@ def worker(devices: int, memory: bool, gpu_log2: int) -> dict:
     result["sweep_rate"] = n / best_of(lambda: sweep.run(spec), 3)
     if "reference_rate" in result:
         result["sweep_over_reference"] = result["sweep_rate"] / result["reference_rate"]
+    # The same grid under mgwfbp: data-dependent buckets take the channel scan.
+    mg = load_spec({**spec_dict, "strategy": "mgwfbp"})
+    sweep.run(mg)
+    result["mgwfbp_sweep_rate"] = n / best_of(lambda: sweep.run(mg), 3)
 
     # Compile time of a 3-iteration bert_large DAG: host DAG + XLA compile.
     start = time.perf_counter()
@@ -116,7 +123,7 @@ def worker(devices: int, memory: bool, gpu_log2: int) -> dict:
     bchunk = next(bplan.chunks())
     bparams = devs.put(kernel_params(bplan.columns(bchunk)[0], zoo.get_model("bert_large"), bchunk.padded,
                                      compact=True))
-    evaluate._sweep_kernel.lower(bert, bparams, bspec.outputs, bchunk.padded).compile()
+    evaluate._primary_kernel.lower(bert, bparams, (), True).compile()
     result["bert_large_compile_s"] = time.perf_counter() - start
     result["bert_large_tasks"] = int(bert.num_tasks)
 
@@ -181,7 +188,8 @@ def main(argv=None) -> int:
     for r in runs:
         print(f"\n{r['devices']} {r['platform']} device(s), 1,048,576-configuration resnet50/wfbp/ring grid")
         for key, label, scale in [("reference_rate", "fused reference", 1e6), ("kernel_rate", "sweep kernel", 1e6),
-                                  ("sweep_rate", "sweep.run", 1e6), ("gpu_sweep_rate", "GPU sweep.run", 1e9)]:
+                                  ("sweep_rate", "sweep.run", 1e6), ("mgwfbp_sweep_rate", "sweep.run, mgwfbp", 1e6),
+                                  ("gpu_sweep_rate", "GPU sweep.run", 1e9)]:
             if key in r:
                 unit = "G" if scale == 1e9 else "M"
                 print(f"  {label:<22} {r[key] / scale:8.2f} {unit} configurations/s")
