@@ -160,18 +160,21 @@ def piecewise_time(message_bytes, latency, per_byte, steps: Steps | None = None,
 
     `message_bytes` broadcasts against [C] (e.g. [S, C] or [S, 1]). With
     `width` (in ln bytes, [C]) each step turns on smoothly,
-    sigmoid(ln(M / break) / width), instead of at the break: for fitting.
+    sigmoid(ln(M / break) / width), instead of at the break: for fitting
+    (a width of 0 is the hard step again).
     """
     time = latency + per_byte * message_bytes
     if steps is None:
         return time
     for k in range(steps.breaks.shape[0]):
         extra = steps.latency[k] + steps.per_byte[k] * message_bytes
+        above = message_bytes > steps.breaks[k]
         if width is None:
-            time = time + jnp.where(message_bytes > steps.breaks[k], extra, 0.0)
+            time = time + jnp.where(above, extra, 0.0)
         else:
             safe = jnp.maximum(message_bytes, 1.0)
-            time = time + extra * jax.nn.sigmoid((jnp.log(safe) - jnp.log(steps.breaks[k])) / width)
+            smooth = jax.nn.sigmoid((jnp.log(safe) - jnp.log(steps.breaks[k])) / jnp.where(width > 0, width, 1.0))
+            time = time + extra * jnp.where(width > 0, smooth, above)
     return time
 
 

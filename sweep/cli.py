@@ -63,6 +63,29 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the embedded default study and print a summary")
     demo.add_argument("-o", "--output", help="also write the cube to this netCDF file")
     demo.set_defaults(handler=_demo)
+
+    calibrate = sub.add_parser("calibrate", help="fit scenario keys (e.g. link parameters) to measurements")
+    calibrate.add_argument("data", help="CSV: scenario-key columns and a target column "
+                                        "(throughput, iteration_time, or allreduce_time with message_bytes)")
+    calibrate.add_argument("--fit", action="append", required=True, metavar="KEY",
+                           help="key to fit, e.g. inter.bandwidth, or a link table (intra, inter) for all "
+                                "its parameters; repeat for several")
+    calibrate.add_argument("--base", metavar="SPEC.toml", help="scenario of fixed keys under every row; "
+                                                                "its values of fitted keys are the start")
+    calibrate.add_argument("-o", "--output", required=True, metavar="FIT.toml", help="fitted scenario to write")
+    calibrate.add_argument("--starts", type=int, default=8, help="optimisation starts (default 8)")
+    calibrate.add_argument("--steps", type=int, default=1000, help="Adam steps per start (default 1000)")
+    calibrate.add_argument("--tail", type=float, default=0.3,
+                           help="weight of the largest relative errors in the loss (default 0.3)")
+    calibrate.add_argument("--seed", type=int, default=0, help="seed of the jittered starts")
+    calibrate.set_defaults(handler=_calibrate)
+
+    predict = sub.add_parser("predict", help="predict throughput, iteration or all-reduce times from a fit")
+    predict.add_argument("fit", help="FIT.toml from calibrate (or any scenario of fixed keys)")
+    predict.add_argument("query", help="CSV of scenario-key columns, one configuration per row")
+    predict.add_argument("-o", "--output", required=True, metavar="OUT.csv",
+                         help="the query with predicted_<target> columns added")
+    predict.set_defaults(handler=_predict)
     return parser
 
 
@@ -156,6 +179,31 @@ def _models(args) -> int:
     for m in models:
         print(f"{m.name:<14} {m.params:>15,} {m.forward_flops / 1e9:>17.2f} {len(m.layers):>7} "
               f"{m.seq_len if m.seq_len else '-':>8}")
+    return 0
+
+
+def _calibrate(args) -> int:
+    from sweep.calibrate import Options, calibrate, summary
+
+    output = _check_output(args.output)
+    for name in ("starts", "steps"):
+        if getattr(args, name) < 1:
+            raise SpecError(f"--{name}", getattr(args, name), "must be >= 1")
+    if not args.tail >= 0:
+        raise SpecError("--tail", args.tail, "must be >= 0")
+    options = Options(starts=args.starts, steps=args.steps, tail=args.tail, seed=args.seed)
+    result, _ = calibrate(args.data, args.fit, args.base, output, options)
+    print(summary(result), file=sys.stderr)
+    print(f"wrote {output}", file=sys.stderr)
+    return 0
+
+
+def _predict(args) -> int:
+    from sweep.predict import write_predictions
+
+    output = _check_output(args.output)
+    count = write_predictions(args.fit, args.query, output)
+    print(f"wrote {output}: {count} rows", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,691 @@
+"""Fit scenario keys to measurements (DESIGN 4: `ssgd-sweep calibrate`).
+
+Data: a CSV whose columns are scenario keys (an empty cell leaves the key
+unset for that row) plus target columns: `throughput` (samples/s over all
+GPUs), `iteration_time` (s) or `allreduce_time` (s, one all-reduce of
+`message_bytes` bytes). Every (row, target) cell with a value is one
+observation. Rows are the base scenario (`--base`) with the row's keys on top.
+
+The model is the JAX kernels themselves: rows that share a DAG (model,
+sequence length, iterations, trace) are evaluated together by
+`kernels.iteration.iteration_outputs`, all-reduce rows by
+`kernels.collectives`. The fitted keys are shared by all rows and live in
+log space (exponents, which may be negative, in linear space). The loss is
+
+    mean(log(pred / measured)^2) + tail * mean(|pred / measured - 1|^32)^(1/16)
+
+the mean squared log error plus a smooth stand-in for the largest relative
+error (weight `tail`), so that no observation is sacrificed to the bulk.
+Optax's Adam minimises it from several starts at once (the catalog or base
+values, jittered; a grid of positions for protocol and chunk switches).
+While fitting, maxima are smooth (`kernels.smooth`, temperature a fraction
+of each row's measured iteration time) and protocol switches are sigmoids
+in log message size, both annealed towards the hard versions that sweeps
+use; the fit is scored with the hard ones. Uncertainties are Gauss-Newton:
+the covariance s^2 (J^T J)^-1 of the log residuals at the optimum.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from kernels.collectives import LINK_FIELDS
+from sweep import zoo
+from sweep.schema import KEYS, STRUCTURAL, SpecError, canonical, check_value
+
+TARGETS = ("throughput", "iteration_time", "allreduce_time")
+MESSAGE = "message_bytes"
+LINK_TABLES = ("intra", "inter")
+
+# Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
+FITTABLE: dict[str, tuple[str, str]] = {
+    **{f"{t}.{f}": (f"{t}_{f}", "linear" if f.endswith("exponent") else "log")
+       for t in LINK_TABLES for f in LINK_FIELDS},
+    "h2d.alpha": ("h2d_alpha", "log"), "h2d.bandwidth": ("h2d_bandwidth", "log"),
+    "gpu.peak_flops": ("peak_flops", "log"), "gpu.memory_bandwidth": ("memory_bandwidth", "log"),
+    "compute.b_half": ("b_half", "log"), "compute.bwd_ratio": ("bwd_ratio", "log"),
+    "compute.measured_throughput": ("measured_throughput", "log"),
+    "compute.update_bytes_per_param": ("update_bytes_per_param", "log"),
+    "io.time_per_sample": ("io_time_per_sample", "log"),
+}
+KEY_OF_PARAM = {param: key for key, (param, _) in FITTABLE.items()}
+# A parameter whose key is unset takes the value of another (sweep.params.link_extension).
+FOLLOWS = {f"{t}_{a}": f"{t}_{b}" for t in LINK_TABLES for a, b in (
+    ("large_alpha", "alpha"), ("large_bandwidth", "bandwidth"), ("chunk_alpha", "large_alpha"),
+    ("chunk_bandwidth", "large_bandwidth"), ("large_alpha_exponent", "alpha_exponent"))}
+SWITCHES = tuple(f"{t}_{f}" for t in LINK_TABLES for f in ("protocol_bytes", "chunk_bytes"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    starts: int = 8
+    steps: int = 1000  # Adam steps while annealing the smoothing
+    polish: int = 500  # Adam steps with hard switches after the annealing
+    learning_rate: float = 0.04
+    tail: float = 0.3
+    seed: int = 0
+    temperature: tuple[float, float] = (3e-2, 3e-4)  # smooth max, fraction of each row's iteration time
+    width: tuple[float, float] = (2.0, 0.002)  # protocol switches, ln bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    line: int  # line in the CSV (header is line 1)
+    point: dict  # canonical key -> value: base scenario with the row's keys on top
+    given: frozenset  # keys the row itself sets
+    targets: dict  # target -> measured value (None: asked for, not measured)
+    message_bytes: float | None
+    cells: dict  # column -> cell text, as read
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def read_base(path: str | os.PathLike | None) -> dict:
+    """The fixed keys of a base scenario (every value a scalar; [fit] skipped)."""
+    if path is None:
+        return {}
+    from sweep.spec import METADATA_TABLES, _flatten, _read_toml
+
+    raw = _read_toml(Path(path))
+    base: dict = {}
+    for written, value in _flatten({k: v for k, v in raw.items() if k not in METADATA_TABLES + ("outputs",)}):
+        if isinstance(value, list):
+            raise SpecError(written, value, "a base scenario gives one value per key, not a swept axis")
+        key = canonical(written)
+        if key in base:
+            raise SpecError(written, value, "given twice")
+        base[key] = check_value(written, value)
+    if "compute.trace" in base and not os.path.isabs(base["compute.trace"]):
+        base["compute.trace"] = str(Path(path).parent / base["compute.trace"])
+    return base
+
+
+def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> tuple[list[str], list[Row]]:
+    """(header, rows) of a calibrate or predict CSV, every cell validated."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            table = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError("data", str(path), f"cannot read file ({err.__class__.__name__}: "
+                                           f"{getattr(err, 'strerror', None) or err})")
+    if not table or not any(h.strip() for h in table[0]):
+        raise SpecError("data", str(path), "empty file: the first line must name the columns")
+    header = [h.strip() for h in table[0]]
+    keys: dict[str, str] = {}
+    for column in header:
+        if column in TARGETS or column == MESSAGE:
+            key = column
+        else:
+            key = canonical(column)
+            if key not in KEYS:
+                raise SpecError(column, column, f"unknown column in {path}: not a scenario key, "
+                                                f"{MESSAGE} or a target ({', '.join(TARGETS)})")
+        if key in keys.values():
+            raise SpecError(column, column, f"column given twice in {path}")
+        keys[column] = key
+    if need_target and not any(c in TARGETS for c in header):
+        raise SpecError("target", ", ".join(header), f"no target column in {path}: add one of {', '.join(TARGETS)}")
+    rows = []
+    for line, cells in enumerate(table[1:], start=2):
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise SpecError("data", f"line {line}", f"{len(cells)} cells for {len(header)} columns in {path}")
+        point, given, targets, message = dict(base), set(), {}, None
+        for column, cell in zip(header, cells):
+            cell, key = cell.strip(), keys[column]
+            if key in TARGETS:
+                targets[key] = _number(column, cell, line, positive=True) if cell else None
+            elif key == MESSAGE:
+                message = _number(column, cell, line, positive=True) if cell else None
+            elif cell:
+                point[key] = _cell(column, key, cell, line, Path(path).parent)
+                given.add(key)
+        if need_target and not any(v is not None for v in targets.values()):
+            raise SpecError(", ".join(t for t in TARGETS if t in header), "", f"line {line}: no measured value")
+        rows.append(Row(line, point, frozenset(given), targets, message, dict(zip(header, cells))))
+    if not rows:
+        raise SpecError("data", str(path), "no rows")
+    return header, rows
+
+
+def _number(column: str, cell: str, line: int, positive: bool = False) -> float:
+    try:
+        value = float(cell)
+    except ValueError:
+        raise SpecError(column, cell, f"line {line}: not a number")
+    if not math.isfinite(value):
+        raise SpecError(column, cell, f"line {line}: must be finite")
+    if positive and value <= 0:
+        raise SpecError(column, cell, f"line {line}: must be > 0")
+    return value
+
+
+def _cell(column: str, key: str, cell: str, line: int, folder: Path) -> object:
+    kind = KEYS[key].kind
+    if kind is bool:
+        lowered = cell.lower()
+        if lowered not in ("true", "false", "1", "0"):
+            raise SpecError(column, cell, f"line {line}: must be true or false")
+        value: object = lowered in ("true", "1")
+    elif kind is str:
+        value = cell
+    else:
+        try:
+            value = float(cell)
+        except ValueError:
+            raise SpecError(column, cell, f"line {line}: not a number")
+    try:
+        value = check_value(column, value)
+    except SpecError as err:
+        raise SpecError(column, cell, f"line {line}: {err.reason}")
+    if key == "compute.trace" and not os.path.isabs(value):
+        value = str(folder / value)
+    return value
+
+
+def expand_fit(names: Sequence[str]) -> list[str]:
+    """Canonical fitted keys: a table name (`inter`) stands for all its link fields."""
+    keys: list[str] = []
+    for name in names:
+        if name in LINK_TABLES:
+            expanded = [f"{name}.{f}" for f in LINK_FIELDS]
+        elif name in FITTABLE:
+            expanded = [name]
+        else:
+            raise SpecError("--fit", name, "cannot be fitted; choose a link table (intra, inter) or one of "
+                                           + ", ".join(FITTABLE))
+        keys += [k for k in expanded if k not in keys]
+    return keys
+
+
+# ----------------------------------------------------------------------------- the problem
+
+class _NoModel:
+    input_bytes = 0
+
+
+def _row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
+    from sweep.params import link_extension, point_params
+
+    model = zoo.get_model(point["model"], point.get("seq_len")) if "model" in point else _NoModel()
+    p = point_params(point, model, np.float64)
+    if extended and "inter_protocol_bytes" not in p:
+        for table in LINK_TABLES:
+            p.update(link_extension(table, p[f"{table}_alpha"], p[f"{table}_bandwidth"],
+                                    lambda field, fallback: fallback, 1))
+    return p
+
+
+def _structure(point: dict) -> tuple:
+    return tuple(point.get(k, KEYS[k].default) for k in STRUCTURAL)
+
+
+@dataclasses.dataclass
+class Group:
+    """Observations evaluated together: one DAG (or all-reduce rows)."""
+    dag: object  # CompiledDag, or None for all-reduce rows
+    params: dict  # name -> [N] float64 (fixed values)
+    source: dict  # name -> [N] int: fitted index, or -1 to keep `params`
+    target: np.ndarray  # [N] int: index into TARGETS
+    measured: np.ndarray  # [N]
+    message: np.ndarray  # [N] (all-reduce rows)
+    scale: np.ndarray  # [N] seconds: each row's iteration time (smooth-max temperature unit)
+    index: np.ndarray  # [N] position of each observation in the flat list
+
+
+def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> tuple[list[Group], list]:
+    """Groups of observations and, in order, (row, target) of each observation.
+
+    For prediction (`predict`), every target each row can be evaluated for is
+    an observation, measured or not (measured NaN)."""
+    extended = any(k.split(".", 1)[0] in LINK_TABLES and k.split(".", 1)[1] in LINK_FIELDS[2:]
+                   for k in fitted) or any(
+        k.split(".", 1)[0] in LINK_TABLES and k.split(".", 1)[1] in LINK_FIELDS[2:] for r in rows for k in r.point)
+    fitted_params = {FITTABLE[k][0]: i for i, k in enumerate(fitted)}
+    observations: list[tuple[Row, str]] = []
+    buckets: dict[tuple, list] = {}
+    for row in rows:
+        for target, value in row.targets.items():
+            if value is None and not predict:
+                continue
+            observations.append((row, target))
+    for i, (row, target) in enumerate(observations):
+        clash = [k for k in fitted if k in row.given]
+        if clash:
+            raise SpecError(clash[0], row.point[clash[0]], f"line {row.line}: this key is fitted; leave it unset "
+                                                           "in the data (a --base value is the start)")
+        if target == "allreduce_time":
+            if row.message_bytes is None:
+                raise SpecError(MESSAGE, "", f"line {row.line}: an allreduce_time needs message_bytes")
+            workers = row.point.get("nodes", 1) * row.point.get("gpus_per_node", 1)
+            if workers < 2:
+                raise SpecError("nodes", row.point.get("nodes", 1),
+                                f"line {row.line}: an all-reduce needs at least 2 processes (nodes x gpus_per_node)")
+            buckets.setdefault(("allreduce",), []).append(i)
+        else:
+            for key in ("model", "batch_size"):
+                if key not in row.point:
+                    raise SpecError(key, None, f"line {row.line}: required for a {target} target")
+            _check_point(row)
+            buckets.setdefault(_structure(row.point), []).append(i)
+    groups = []
+    import jax
+
+    from sweep.compiler import compile_zoo_model
+
+    for key, members in buckets.items():
+        rows_here = [observations[i][0] for i in members]
+        per_row = [_row_params(r.point, extended) for r in rows_here]
+        names = per_row[0].keys()
+        params = {n: np.concatenate([p[n] for p in per_row]).astype(np.float64) for n in names}
+        params["strategy"] = params["strategy"].astype(np.int32)
+        params["algorithm"] = params["algorithm"].astype(np.int32)
+        source = {}
+        for name in names:
+            src = np.array([_source(name, r.given, fitted_params) for r in rows_here], np.int32)
+            if (src >= 0).any():
+                source[name] = src
+        targets = np.array([TARGETS.index(observations[i][1]) for i in members], np.int32)
+        measured = np.array([np.nan if observations[i][0].targets[observations[i][1]] is None
+                             else observations[i][0].targets[observations[i][1]] for i in members])
+        message = np.array([r.message_bytes or 0.0 for r in rows_here])
+        if key == ("allreduce",):
+            dag, scale = None, np.where(np.isnan(measured), 1.0, measured)
+        else:
+            model, seq_len, iterations, trace = key
+            dag, _ = compile_zoo_model(model, seq_len, iterations, trace)
+            dag = jax.tree_util.tree_map(  # the fit runs in float64
+                lambda a: np.asarray(a, np.float64) if np.issubdtype(np.asarray(a).dtype, np.floating) else a, dag)
+            work = params["workers"] * params["batch_size"]
+            scale = np.where(targets == 0, work / measured, measured)
+            scale = np.where(np.isnan(scale), 1.0, scale)
+        groups.append(Group(dag, params, source, targets, measured, message, scale, np.array(members)))
+    return groups, observations
+
+
+def _check_point(row: Row) -> None:
+    point = row.point
+    try:
+        zoo.get_model(point["model"], point.get("seq_len"))
+    except ValueError as err:
+        raise SpecError("seq_len", point.get("seq_len"), f"line {row.line}: invalid for {point['model']}: {err}")
+    if point.get("compute.trace") is not None:
+        from sweep.layer_trace import trace_times
+
+        trace_times(point["compute.trace"], point["model"], point.get("seq_len"))
+
+
+def _source(name: str, given: frozenset, fitted_params: dict) -> int:
+    key = KEY_OF_PARAM.get(name)
+    if key is not None and key in given:
+        return -1
+    if name in fitted_params:
+        return fitted_params[name]
+    if name in FOLLOWS:
+        return _source(FOLLOWS[name], given, fitted_params)
+    return -1
+
+
+# ----------------------------------------------------------------------------- the model in JAX
+
+
+def _predict_group(group_arrays, dag, values, temperature, width):
+    """Predictions [N] of one group for fitted `values` [k] (physical units)."""
+    import jax.numpy as jnp
+
+    from kernels.collectives import allreduce_time, collective_cost
+    from kernels.iteration import iteration_outputs
+
+    params, source, target, message, scale = group_arrays
+    p = dict(params)
+    for name, src in source.items():
+        p[name] = jnp.where(src >= 0, values[jnp.maximum(src, 0)], params[name])
+    if dag is None:
+        cost = collective_cost(p)
+        return allreduce_time(message, *cost, width=width)
+    if temperature is not None:
+        p["max_temperature"] = temperature * scale
+    if width is not None:
+        p["switch_width"] = jnp.broadcast_to(width, scale.shape)
+    out = iteration_outputs(dag, p)
+    return jnp.where(target == 0, out["throughput"], out["iteration_time"])
+
+
+class Model:
+    """Predictions of every observation as a function of the fitted vector."""
+
+    def __init__(self, groups: list[Group], spaces: list[str], count: int):
+        import jax.numpy as jnp
+
+        self.groups = groups
+        self.count = count
+        self.log_mask = np.array([s == "log" for s in spaces])
+        self.arrays = [({k: jnp.asarray(v) for k, v in g.params.items()},
+                        {k: jnp.asarray(v) for k, v in g.source.items()},
+                        jnp.asarray(g.target), jnp.asarray(g.message), jnp.asarray(g.scale)) for g in groups]
+        self.measured = np.empty(count)
+        for g in groups:
+            self.measured[g.index] = g.measured
+
+    def values(self, theta):
+        import jax.numpy as jnp
+
+        return jnp.where(self.log_mask, jnp.exp(theta), theta)
+
+    def predict(self, theta, temperature=None, width=None):
+        import jax.numpy as jnp
+
+        values = self.values(theta)
+        out = jnp.zeros(self.count, values.dtype)
+        for g, arrays in zip(self.groups, self.arrays):
+            out = out.at[g.index].set(_predict_group(arrays, g.dag, values, temperature, width))
+        return out
+
+
+def loss_terms(pred, measured, tail: float):
+    import jax.numpy as jnp
+
+    log_error = jnp.log(pred) - jnp.log(measured)
+    rel = pred / measured - 1.0
+    return jnp.mean(log_error ** 2) + tail * jnp.mean(jnp.abs(rel) ** 32) ** (1.0 / 16)
+
+
+# ----------------------------------------------------------------------------- fitting
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    keys: tuple[str, ...]
+    values: dict  # key -> fitted value
+    start: dict  # key -> starting value of the chosen start
+    uncertainty: dict  # key -> 1-sigma, in the key's units
+    relative_uncertainty: dict  # key -> 1-sigma relative (log-space keys)
+    median_relative_error: float
+    max_relative_error: float
+    loss: float
+    observations: int
+    rows: int
+    starts: int
+    predicted: np.ndarray  # [observations] with the hard model
+    measured: np.ndarray
+    targets: tuple[str, ...]  # per observation
+
+
+def starting_values(fitted: list[str], groups: list[Group], options: Options) -> np.ndarray:
+    """[starts, k] starting points in fit space (log or linear).
+
+    The first start is the base scenario's value of each key, else its
+    catalog or derived value (exponents 0); the others jitter it (x/÷ up to
+    3 in log space, +-0.3 in linear space). Protocol and chunk switches, unset
+    by default, start spread over the message sizes in the data."""
+    rng = np.random.default_rng(options.seed)
+    first = groups[0]  # rows carry the base scenario, so its values are here
+    center = np.array([first.params[FITTABLE[k][0]][0] for k in fitted], np.float64)
+    space = np.array([FITTABLE[k][1] for k in fitted])
+    switches = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES and not np.isfinite(center[i])]
+    center[switches] = 1.0
+    bad = (space == "log") & (center <= 0)
+    if bad.any():
+        key = fitted[int(np.argmax(bad))]
+        raise SpecError(key, float(center[bad][0]), "a fitted key must start > 0: give a start in --base")
+    theta0 = np.where(space == "log", np.log(np.where(space == "log", center, 1.0)), center)
+    starts = np.repeat(theta0[None], options.starts, axis=0)
+    jitter = rng.uniform(-1.0, 1.0, starts.shape) * np.where(space == "log", math.log(3.0), 0.3)
+    jitter[0] = 0.0
+    messages = np.concatenate([g.message[g.message > 0] for g in groups if g.dag is None] or [np.zeros(0)])
+    low, high = (messages.min(), messages.max()) if messages.size else (1e4, 1e9)
+    if switches:
+        per_axis = max(2, math.ceil(options.starts ** (1.0 / len(switches))))
+        grid = np.geomspace(low, high, per_axis + 2)[1:-1]
+        jumps = jump_candidates(groups)
+        axes = []
+        for i in switches:
+            by_jump = jumps["chunk" if "chunk" in fitted[i] else "protocol"][:3]
+            even = grid / 4.0 if "chunk" in fitted[i] else grid  # a chunk is a share of the message
+            axes.append(list(by_jump) + [v for v in even if all(abs(math.log(v / c)) > 0.5 for c in by_jump)])
+        combos = _ordered_product(axes)[:options.starts]
+        combos = [combos[j % len(combos)] for j in range(options.starts)]
+        for j, i in enumerate(switches):
+            starts[:, i] = np.log([c[j] for c in combos])
+            jitter[:, i] = 0.0
+    return starts + jitter
+
+
+def jump_candidates(groups: list[Group]) -> dict[str, list[float]]:
+    """Where measured all-reduce times jump: candidate protocol switches (in
+    message bytes) and chunk switches (in bytes per process), best first.
+
+    Rows that differ only in message size form a curve; each step between
+    consecutive sizes (at most 2x apart) scores the log of its time ratio,
+    and scores of nearby positions (within 25 %) add up across curves. A
+    switch sits at the geometric middle of its step."""
+    scores: dict[str, dict[float, float]] = {"protocol": {}, "chunk": {}}
+    for g in groups:
+        if g.dag is not None:
+            continue
+        ok = ~np.isnan(g.measured)
+        table = np.nan_to_num(np.stack([np.asarray(v, np.float64) for v in g.params.values()], axis=1), nan=-1.0)
+        keys = [tuple(row) for row in table]
+        for curve in set(k for k, good in zip(keys, ok) if good):
+            rows = [i for i, k in enumerate(keys) if k == curve and ok[i]]
+            rows.sort(key=lambda i: g.message[i])
+            m, t = g.message[rows], g.measured[rows]
+            workers = float(g.params["workers"][rows[0]])
+            for j in range(len(rows) - 1):
+                if not 1.0 < m[j + 1] / m[j] <= 2.0:
+                    continue
+                score = math.log(t[j + 1] / t[j])
+                middle = math.sqrt(m[j] * m[j + 1])
+                for kind, where in (("protocol", middle), ("chunk", middle / workers)):
+                    near = next((x for x in scores[kind] if abs(math.log(x / where)) < math.log(1.25)), where)
+                    scores[kind][near] = scores[kind].get(near, 0.0) + score
+    return {kind: [x for x, _ in sorted(table.items(), key=lambda kv: -kv[1])] for kind, table in scores.items()}
+
+
+def _ordered_product(axes: list[list[float]]) -> list[tuple]:
+    """Every combination, those of early (better) entries first."""
+    import itertools
+
+    combos = list(itertools.product(*[range(len(a)) for a in axes]))
+    combos.sort(key=lambda c: (max(c), sum(c)))
+    return [tuple(a[i] for a, i in zip(axes, c)) for c in combos]
+
+
+def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Options()) -> FitResult:
+    """Fit `fitted` keys to every measured observation of `rows`."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    with jax.enable_x64(True):
+        groups, observations = build_groups(rows, fitted)
+        spaces = [FITTABLE[k][1] for k in fitted]
+        model = Model(groups, spaces, len(observations))
+        measured = jnp.asarray(model.measured)
+        needs_smooth = any(g.dag is not None for g in groups)
+        starts = jnp.asarray(starting_values(fitted, groups, options))
+        # Adam, annealing the smooth max and the switch width, then a polish
+        # with hard switches: a smooth switch may rest on a data point, half in
+        # each regime, which the hard model never is.
+        progress = np.linspace(0.0, 1.0, options.steps)
+        temps = options.temperature[0] * (options.temperature[1] / options.temperature[0]) ** progress
+        widths = options.width[0] * (options.width[1] / options.width[0]) ** progress
+        temps = np.concatenate([temps, np.full(options.polish, temps[-1])])
+        widths = np.concatenate([widths, np.zeros(options.polish)])
+        schedule = optax.join_schedules(
+            [optax.cosine_decay_schedule(options.learning_rate, options.steps, alpha=0.02),
+             optax.cosine_decay_schedule(0.1 * options.learning_rate, max(1, options.polish), alpha=0.01)],
+            [options.steps])
+        optimizer = optax.adam(schedule)
+
+        def loss(theta, temperature, width):
+            pred = model.predict(theta, temperature if needs_smooth else None, width)
+            return loss_terms(pred, measured, options.tail)
+
+        def run(theta):
+            state = optimizer.init(theta)
+
+            def step(carry, xs):
+                theta, state = carry
+                temperature, width = xs
+                value, grad = jax.value_and_grad(loss)(theta, temperature, width)
+                grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
+                updates, state = optimizer.update(grad, state, theta)
+                return (optax.apply_updates(theta, updates), state), value
+
+            (theta, _), history = jax.lax.scan(step, (theta, state), (jnp.asarray(temps), jnp.asarray(widths)))
+            return theta, history
+
+        final, _ = jax.jit(jax.vmap(run))(starts)
+        hard = jax.jit(jax.vmap(lambda t: loss_terms(model.predict(t), measured, options.tail)))(final)
+        hard = np.where(np.isfinite(np.asarray(hard)), np.asarray(hard), np.inf)
+        best = int(np.argmin(hard))
+        theta = final[best]
+        pred = np.asarray(jax.jit(model.predict)(theta))
+        # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
+        final_temperature = temps[-1] if needs_smooth else None
+        residual = lambda t: jnp.log(model.predict(t, final_temperature, options.width[1])) - jnp.log(measured)  # noqa: E731
+        jac = np.asarray(jax.jit(jax.jacfwd(residual))(theta))
+        values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
+
+    r = np.log(pred) - np.log(model.measured)
+    dof = max(1, len(r) - len(fitted))
+    cov = (r @ r / dof) * np.linalg.pinv(jac.T @ jac)
+    sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    rel = np.abs(pred / model.measured - 1.0)
+    keys = tuple(fitted)
+    start_values = np.where(np.array(spaces) == "log", np.exp(np.asarray(starts[best])), np.asarray(starts[best]))
+    return FitResult(
+        keys=keys,
+        values={k: float(v) for k, v in zip(keys, values)},
+        start={k: float(v) for k, v in zip(keys, start_values)},
+        uncertainty={k: float(s * v if sp == "log" else s) for k, s, v, sp in zip(keys, sigma, values, spaces)},
+        relative_uncertainty={k: float(s) for k, s, sp in zip(keys, sigma, spaces) if sp == "log"},
+        median_relative_error=float(np.median(rel)),
+        max_relative_error=float(np.max(rel)),
+        loss=float(hard[best]),
+        observations=len(observations),
+        rows=len({row.line for row, _ in observations}),
+        starts=int(starts.shape[0]),
+        predicted=pred,
+        measured=model.measured.copy(),
+        targets=tuple(t for _, t in observations),
+    )
+
+
+def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per target, the prediction of every row (NaN where the row cannot have one)."""
+    import jax
+
+    out = {t: np.full(len(rows), np.nan) for t in targets}
+    asked = []
+    for i, row in enumerate(rows):
+        wanted = {}
+        for t in targets:
+            if t == "allreduce_time" and row.message_bytes is not None:
+                wanted[t] = None
+            elif t != "allreduce_time" and "model" in row.point and "batch_size" in row.point:
+                wanted[t] = None
+        asked.append(dataclasses.replace(row, targets=wanted, line=i))
+    with jax.enable_x64(True):
+        groups, observations = build_groups(asked, [], predict=True)
+        model = Model(groups, [], len(observations))
+        pred = np.asarray(jax.jit(model.predict)(jax.numpy.zeros(0)))
+    for (row, target), value in zip(observations, pred):
+        out[target][row.line] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def fit_document(base: dict, result: FitResult, data: str) -> dict:
+    """FIT.toml as a nested mapping: the base scenario, the fitted values in
+    their tables, and a [fit] table of metadata."""
+    values = {**base, **result.values}
+    doc: dict = {}
+    for key, value in values.items():
+        _put(doc, key, value)
+    fit_table = {
+        "data": str(data),
+        "fitted": list(result.keys),
+        "rows": result.rows,
+        "observations": result.observations,
+        "targets": sorted(set(result.targets)),
+        "median_relative_error": result.median_relative_error,
+        "max_relative_error": result.max_relative_error,
+        "loss": result.loss,
+        "starts": result.starts,
+        "uncertainty": {},
+        "relative_uncertainty": {},
+        "start": {},
+    }
+    for key in result.keys:
+        _put(fit_table["uncertainty"], key, result.uncertainty[key])
+        _put(fit_table["start"], key, result.start[key])
+        if key in result.relative_uncertainty:
+            _put(fit_table["relative_uncertainty"], key, result.relative_uncertainty[key])
+    doc["fit"] = fit_table
+    return doc
+
+
+def _put(doc: dict, key: str, value) -> None:
+    *tables, leaf = key.split(".")
+    node = doc
+    for table in tables:
+        node = node.setdefault(table, {})
+    node[leaf] = value
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write to a temporary file in the same directory, then rename."""
+    path = Path(path)
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
+              options: Options = Options()) -> tuple[FitResult, dict]:
+    """Read, fit, and (with `output`) write FIT.toml; returns (result, document)."""
+    import tomli_w
+
+    fitted = expand_fit(fit_keys)
+    base = read_base(base_path)
+    for key in fitted:
+        if key in base and FITTABLE[key][1] == "log" and base[key] <= 0:
+            raise SpecError(key, base[key], "a fitted key must start > 0")
+    _, rows = read_rows(data, {k: v for k, v in base.items()})
+    result = fit(rows, fitted, base, options)
+    doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, str(data))
+    if output is not None:
+        write_atomic(output, tomli_w.dumps(doc))
+    return result, doc
+
+
+def summary(result: FitResult) -> str:
+    lines = [f"fitted {len(result.keys)} key(s) to {result.observations} observation(s) "
+             f"({result.rows} rows, best of {result.starts} starts)",
+             f"relative error: median {100 * result.median_relative_error:.1f} %, "
+             f"max {100 * result.max_relative_error:.1f} %"]
+    for key in result.keys:
+        rel = result.relative_uncertainty.get(key)
+        spread = f"+- {100 * rel:.1f} %" if rel is not None else f"+- {result.uncertainty[key]:.3g}"
+        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Predictions for the rows of a CSV from a fitted scenario (`ssgd-sweep predict`).
+
+FIT.toml (what `calibrate` writes, or any scenario of fixed values) is the
+base; each QUERY row sets keys on top of it, as in `calibrate`'s data. For
+every target the query names (a `throughput`, `iteration_time` or
+`allreduce_time` column, empty or not) a `predicted_<target>` column is
+added; a query naming none gets `predicted_allreduce_time` where rows give
+`message_bytes` and `predicted_throughput` and `predicted_iteration_time`
+where they give a model. A row that cannot have a prediction (an
+all-reduce without `message_bytes`, a throughput without a model) gets an
+empty cell.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import numpy as np
+
+from sweep.calibrate import MESSAGE, TARGETS, predict_rows, read_base, read_rows, write_atomic
+
+
+def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the output table: the query's cells plus predictions."""
+    base = read_base(fit_path)
+    header, rows = read_rows(query_path, base, need_target=False)
+    targets = [t for t in TARGETS if t in header]
+    if not targets:
+        if MESSAGE in header:
+            targets.append("allreduce_time")
+        if "model" in header or "model" in base:
+            targets += ["throughput", "iteration_time"]
+    predictions = predict_rows(rows, targets) if targets else {}
+    out_header = header + [f"predicted_{t}" for t in targets]
+    out_rows = []
+    for i, row in enumerate(rows):
+        cells = [row.cells[c] for c in header]
+        cells += ["" if np.isnan(predictions[t][i]) else repr(float(predictions[t][i])) for t in targets]
+        out_rows.append(cells)
+    return out_header, out_rows
+
+
+def write_predictions(fit_path, query_path, output) -> int:
+    """Write OUT.csv atomically; returns the number of rows."""
+    header, rows = predict(fit_path, query_path)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_atomic(output, text.getvalue())
+    return len(rows)
