@@ -87,23 +87,29 @@ def comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte,
 
 
 def fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0):
-    """(channel finish [C], busy time [C]) for bsp and wfbp, without a scan.
+    """(channel finish [C], busy time [C]) for bsp and wfbp in closed form.
 
     wfbp sends every slot: the FIFO recurrence c_s = max(c_{s-1}, r_s) + d_s
     unrolls to c = max_s (r_s + sum_{j >= s} d_j), and with d_j = latency +
     per_byte * bytes_j for non-empty slots the suffix sums are per-slot
-    constants: one fused max-reduction over slots. bsp sends one bucket of
-    everything when the last slot is ready.
+    constants: a running maximum of affine terms, one carry instead of the
+    general scan's three. bsp sends one bucket of everything when the last
+    slot is ready.
     """
     nonempty = (slot_bytes > 0).astype(slot_bytes.dtype)
     count_after = jnp.cumsum(nonempty[::-1], axis=0)[::-1]
     bytes_after = jnp.cumsum(slot_bytes[::-1], axis=0)[::-1]
-    # Unrolled over slots, a chain of elementwise maxima: XLA fuses it into a
-    # single pass over configurations (a reduction over [S, C] would not fuse).
-    wfbp_finish = None
-    for s in range(slot_bytes.shape[0]):
-        finish_s = slot_ready[s] * ready_scale + latency * count_after[s] + per_byte * bytes_scale * bytes_after[s]
-        wfbp_finish = finish_s if wfbp_finish is None else jnp.maximum(wfbp_finish, finish_s)
+
+    def running_max(best, xs):
+        ready, count, nbytes = xs
+        return jnp.maximum(best, ready * ready_scale + latency * count + per_byte * bytes_scale * nbytes), None
+
+    # A scan with one carry: a reduction over [S, C] does not fuse on the CPU,
+    # and an unrolled chain makes XLA's compile explode for deep models.
+    shape = jnp.broadcast_shapes(slot_ready.shape[1:], jnp.shape(latency), jnp.shape(per_byte),
+                                 jnp.shape(bytes_scale), jnp.shape(ready_scale))
+    start = jnp.full(shape, -jnp.inf, slot_ready.dtype)
+    wfbp_finish, _ = jax.lax.scan(running_max, start, (slot_ready, count_after, bytes_after))
     total = bytes_after[0] * bytes_scale
     bsp_busy = jnp.where(total > 0, latency + per_byte * total, 0.0)
     wfbp_busy = latency * count_after[0] + per_byte * total
