@@ -114,3 +114,21 @@ def test_bsp_and_wfbp_sweeps_match_explain(prefetch):
             assert float(got["iteration_time"]) == pytest.approx(doc["iteration_time"], rel=2e-5)
             assert float(got["communication_time"]) == pytest.approx(doc["breakdown"]["communication_time"],
                                                                       rel=2e-5)
+
+
+@pytest.mark.parametrize("model", ["resnet152", "bert_large", "gpt2_xl"])
+def test_deep_models_compile_quickly_and_match_explain(model):
+    """The deepest DAGs (hundreds of comm slots) compile in seconds, on both channel paths."""
+    import time
+
+    import sweep
+    from sweep.explain import explain
+    from sweep.spec import load_spec
+
+    base = {"model": model, "batch_size": 4, "nodes": 2, "gpus_per_node": 4}
+    for strategies in (["wfbp"], ["wfbp", "mgwfbp"]):
+        start = time.perf_counter()
+        cube = sweep.run({**base, "strategy": strategies})
+        assert time.perf_counter() - start < 30
+        doc = explain(load_spec({**base, "strategy": "wfbp"}))
+        assert float(cube["iteration_time"].sel(strategy="wfbp")) == pytest.approx(doc["iteration_time"], rel=2e-5)
