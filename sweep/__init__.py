@@ -23,6 +23,7 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
 
     from sweep.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
     from sweep.plan import Plan
+    from sweep.schema import SpecError
     from sweep.spec import Spec, load_spec
     from sweep.store import MemoryStore, NetcdfStore, NullStore, fingerprint, make_layout
 
@@ -40,8 +41,11 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
     progress = make_progress(spec.size, quiet or not devices.leader)
     try:
         run_plan(spec, store, plan, devices, progress)
+    except SpecError:
+        store.discard()
+        raise
     except BaseException:
-        store.abort()
+        store.abort()  # an interrupted run keeps its finished chunks for a resume
         raise
     finally:
         if progress is not None:

@@ -21,7 +21,7 @@ from sweep.compiler import compile_zoo_model
 from sweep.devices import Devices, visible_devices
 from sweep.params import kernel_params
 from sweep.plan import Plan
-from sweep.schema import KEYS
+from sweep.schema import KEYS, SpecError
 from sweep.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
 from sweep.spec import Spec
 
@@ -137,8 +137,10 @@ def _dispatch(spec, plan, chunk, devices):
     params = kernel_params(columns, model, chunk.padded, compact=True)
     tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))
                      for name in spec.outputs if is_sensitivity(name))
-    for _, rule in tangents:  # a multiplier that varies makes its parameter vary too
+    for name, rule in tangents:  # a multiplier that varies makes its parameter vary too
         for param, multiplier in rule:
+            if param not in params:
+                raise SpecError("outputs", name, "this scenario does not set that key, so nothing depends on it")
             if multiplier is not None and params[multiplier].shape > params[param].shape:
                 params[param] = np.broadcast_to(params[param], params[multiplier].shape).copy()
     out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents,

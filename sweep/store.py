@@ -93,6 +93,8 @@ class MemoryStore:
     def abort(self) -> None:
         pass
 
+    discard = abort
+
 
 class NullStore:
     """For processes other than 0 in a cluster: they compute, process 0 writes."""
@@ -103,6 +105,8 @@ class NullStore:
 
     def abort(self) -> None:
         pass
+
+    discard = abort
 
 
 class NetcdfStore:
@@ -181,6 +185,12 @@ class NetcdfStore:
     def abort(self) -> None:
         """Keep what is done for a resume; the output path stays untouched."""
         self.file.close()
+
+    def discard(self) -> None:
+        """Bad input: nothing to resume, leave no file behind."""
+        self.file.close()
+        self.partial.unlink(missing_ok=True)
+        self.journal.unlink(missing_ok=True)
 
 
 def fingerprint(spec: Spec, chunk_length: int, target: int) -> str:

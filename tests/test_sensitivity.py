@@ -96,3 +96,11 @@ def test_bad_sensitivity_names(name):
     from sweep.schema import SpecError
     with pytest.raises(SpecError, match="outputs"):
         load_spec({**BASE, "outputs": [name]})
+
+
+def test_sensitivity_to_an_unset_optional_key_is_refused_without_leaving_files(cli, write_spec, tmp_path):
+    spec = write_spec('model = "alexnet"\nbatch_size = 8\nnodes = [1, 2]\n'
+                      'outputs = ["d_iteration_time/d_inter.protocol_bytes"]\n')
+    status, _, err = cli("run", spec, "-o", tmp_path / "o.nc")
+    assert status == 2 and "inter.protocol_bytes" in err and len(err.strip().splitlines()) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("o.nc")]
