@@ -28,7 +28,10 @@ on one node and on the inter-node link (which bounds them) on several:
 pushes its M bytes to S servers (on machines of their own) and pulls them
 back, so each server moves n*M/S bytes per direction, then an all-gather
 inside the node: the intra phase of `hierarchical` plus an inter phase of 2
-steps and volume 2 max(1, n/S) (k = n, chunk M/S).
+steps and volume 2 max(1, n/S) (k = n, chunk M/S). With `ps_pipelined`
+(scenario key `ps.pipelined`, as BytePS streams tensor partitions through
+local reduce, push and pull) the two phases overlap: their latencies add and
+the slower per-byte cost sets the pace, lat_a + lat_b + M max(pb_a, pb_b).
 
 A cost is a `CollectiveCost`: the affine part below every switch
 (`latency`, `per_byte`) and `Steps`: at each break b (a message size), the
@@ -103,6 +106,30 @@ def _phase(lk: dict, k, steps, volume, scale, chunk_divisor):
     return lat[0], byte[0], ((first, *to_first), (second, *to_second))
 
 
+def _pipelined(a, b):
+    """Two phases with partitions streaming through both: the latencies add,
+    the slower phase's per-byte cost sets the pace,
+        lat_a(M) + lat_b(M) + M * max(per_byte_a(M), per_byte_b(M)),
+    as an affine part and steps at the four breaks in ascending order."""
+    breaks = jnp.sort(jnp.stack(jnp.broadcast_arrays(*[brk for phase in (a, b) for brk, _, _ in phase[2]])), axis=0)
+
+    def at(phase, edge):  # the phase's (latency, per_byte) just above `edge`
+        lat, byte = phase[0], phase[1]
+        for brk, d_lat, d_byte in phase[2]:
+            lat = lat + jnp.where(edge >= brk, d_lat, 0.0)
+            byte = byte + jnp.where(edge >= brk, d_byte, 0.0)
+        return lat, byte
+
+    levels = [(a[0] + b[0], jnp.maximum(a[1], b[1]))]
+    for k in range(breaks.shape[0]):
+        (lat_a, byte_a), (lat_b, byte_b) = at(a, breaks[k]), at(b, breaks[k])
+        levels.append((lat_a + lat_b, jnp.maximum(byte_a, byte_b)))
+    steps = ([breaks[k] for k in range(breaks.shape[0])],
+             [levels[k + 1][0] - levels[k][0] for k in range(breaks.shape[0])],
+             [levels[k + 1][1] - levels[k][1] for k in range(breaks.shape[0])])
+    return levels[0][0], levels[0][1], steps
+
+
 def collective_cost(p) -> CollectiveCost:
     """The piecewise cost of one all-reduce for every configuration; affine
     (no `steps`) when `p` holds none of the links' extension fields."""
@@ -127,12 +154,21 @@ def collective_cost(p) -> CollectiveCost:
                jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p["servers"]), 2 * (n - 1) / n),
                jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p["servers"], n))
     on_b = jnp.where(two_level, 1.0, 0.0)
+    b = (on_b * b[0], on_b * b[1], tuple((brk, on_b * lat, on_b * byte) for brk, lat, byte in b[2]))
 
-    latency = a[0] + on_b * b[0]
-    per_byte = a[1] + on_b * b[1]
+    latency = a[0] + b[0]
+    per_byte = a[1] + b[1]
     breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
-    step_lat = [a[2][0][1], a[2][1][1], on_b * b[2][0][1], on_b * b[2][1][1]]
-    step_byte = [a[2][0][2], a[2][1][2], on_b * b[2][0][2], on_b * b[2][1][2]]
+    step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]
+    step_byte = [a[2][0][2], a[2][1][2], b[2][0][2], b[2][1][2]]
+    if "ps_pipelined" in p:  # BytePS-style: partitions stream through both phases
+        pipelined = is_ps & (p["ps_pipelined"] > 0)
+        lat_p, byte_p, steps_p = _pipelined(a, b)
+        latency = jnp.where(pipelined, lat_p, latency)
+        per_byte = jnp.where(pipelined, byte_p, per_byte)
+        breaks = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[0], breaks)]
+        step_lat = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[1], step_lat)]
+        step_byte = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[2], step_byte)]
     single = workers <= 1
 
     def zero(x):
@@ -143,6 +179,7 @@ def collective_cost(p) -> CollectiveCost:
 
     if not any(f"{table}_{name}" in p for table in ("intra", "inter") for name in LINK_FIELDS[2:]):
         return CollectiveCost(zero(latency), zero(per_byte), None)  # plain alpha-beta links: affine
+    # (with plain links the steps are all zero, and pipelining leaves the cost affine)
     return CollectiveCost(zero(latency), zero(per_byte),
                           Steps(stack(breaks), stack([zero(x) for x in step_lat]),
                                 stack([zero(x) for x in step_byte])))

@@ -35,6 +35,7 @@ PARAMS = (
     *(f"{table}_{field}" for table in ("intra", "inter") for field in LINK_FIELDS[2:]),
     "h2d_alpha", "h2d_bandwidth", "io_time_per_sample", "sample_bytes",
     "prefetch", "strategy", "algorithm", "bucket_bytes",
+    "ps_pipelined",  # only when a scenario sets ps.pipelined (kernels.collectives)
 )
 
 OUTPUTS = (

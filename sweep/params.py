@@ -107,6 +107,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         p[f"{table}_alpha"] = given_or(f"{table}.alpha", get(f"{table}.name", lambda n: catalog.LINKS[n].alpha))
         p[f"{table}_bandwidth"] = given_or(f"{table}.bandwidth",
                                            get(f"{table}.name", lambda n: catalog.LINKS[n].bandwidth))
+    if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
+        p["ps_pipelined"] = get("ps.pipelined", float)
     # The link model's extensions only when a scenario sets one: without them the
     # kernels take the affine alpha-beta cost, and the channel scan stays lean.
     if any(f"{table}.{field}" in columns for table in ("intra", "inter") for field in LINK_FIELDS[2:]):

@@ -90,6 +90,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("io.sample_bytes", int, None, "bytes", "bytes per sample copied to the GPU", positive=True),
     Key("io.prefetch", bool, None, "", "input prefetch"),
     Key("ps.servers", int, None, "", "parameter servers", positive=True),
+    Key("ps.pipelined", bool, None, "",
+        "ps phases overlap, as BytePS streams partitions (latencies add, the slower phase sets the pace)"),
 ]}
 
 # Keys that change the DAG's shape or layer data: a sweep compiles once per value.

@@ -44,6 +44,12 @@ def resolved(link: dict) -> dict:
 
 
 def phase(m, k, steps, volume, link, chunk):
+    latency, per_byte = phase_parts(m, k, steps, volume, link, chunk)
+    return latency + per_byte * m
+
+
+def phase_parts(m, k, steps, volume, link, chunk):
+    """(latency, seconds per byte of m) of one phase."""
     link = resolved(link)
     if chunk > link["chunk_bytes"]:
         alpha, bw, ea = link["chunk_alpha"], link["chunk_bandwidth"], link["large_alpha_exponent"]
@@ -52,7 +58,7 @@ def phase(m, k, steps, volume, link, chunk):
     else:
         alpha, bw, ea = link["alpha"], link["bandwidth"], link["alpha_exponent"]
     half = k / 2
-    return steps * alpha * half ** ea + volume * m / (bw * half ** -link["bandwidth_exponent"])
+    return steps * alpha * half ** ea, volume / (bw * half ** -link["bandwidth_exponent"])
 
 
 def reference(algorithm, m, n, g, intra, inter, servers=None):
@@ -70,6 +76,16 @@ def reference(algorithm, m, n, g, intra, inter, servers=None):
         return local + phase(m / g, n, 2 * (n - 1), 2 * (n - 1) / n, inter, m / g / n)
     s = servers or n
     return local + phase(m, n, 2, 2 * max(1.0, n / s), inter, m / s)
+
+
+def pipelined_ps(m, n, g, intra, inter, servers=None):
+    """Both ps phases overlap: latencies add, the slower per-byte cost sets the pace."""
+    if n * g == 1 or m == 0:
+        return 0.0
+    s = servers or n
+    lat_a, pb_a = phase_parts(m, g, 2 * (g - 1), 2 * (g - 1) / g, intra, m / g)
+    lat_b, pb_b = phase_parts(m, n, 2, 2 * max(1.0, n / s), inter, m / s)
+    return lat_a + lat_b + m * max(pb_a, pb_b)
 
 
 def random_link(rng, alpha, bandwidth):
@@ -129,6 +145,40 @@ def test_piecewise_cost_matches_reference():
             got = np.asarray(allreduce_time(jnp.asarray(MESSAGES)[:, None], *cost))[:, 0]
             want = [reference(algorithm, m, n, g, intra, inter, servers) for m in MESSAGES]
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"{algorithm} n={n} g={g}")
+
+
+@pytest.mark.parametrize("extended", [False, True])
+def test_pipelined_ps_matches_reference(extended):
+    import jax
+
+    rng = np.random.default_rng(5)
+    with jax.enable_x64(True):
+        for n, g in SHAPES:
+            if extended:
+                intra = random_link(rng, 4e-6, float(rng.choice([2e9, 1e10])))
+                inter = random_link(rng, 3e-5, float(rng.choice([1e9, 8e9])))
+            else:  # plain links: the pipelined cost stays affine
+                intra, inter = {"alpha": 4e-6, "bandwidth": float(rng.choice([2e9, 1e10]))}, \
+                    {"alpha": 3e-5, "bandwidth": float(rng.choice([1e9, 8e9]))}
+            servers = int(rng.choice([1, n]))
+            point = {"model": "alexnet", "batch_size": 8, "nodes": n, "gpus_per_node": g, "algorithm": "ps",
+                     "ps.pipelined": True, "ps.servers": servers}
+            for table, link in (("intra", intra), ("inter", inter)):
+                point.update({f"{table}.{k}": v for k, v in link.items()})
+            p = {k: jnp.asarray(v) for k, v in point_params(point, zoo.get_model("alexnet"), np.float64).items()}
+            cost = collective_cost(p)
+            assert (cost.steps is None) == (not extended)
+            got = np.asarray(allreduce_time(jnp.asarray(MESSAGES)[:, None], *cost))[:, 0]
+            want = [pipelined_ps(m, n, g, intra, inter, servers) for m in MESSAGES]
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=f"n={n} g={g}")
+            # never slower than the sequential ps, and false is the sequential formula
+            sequential = [reference("ps", m, n, g, intra, inter, servers) for m in MESSAGES]
+            assert np.all(got <= np.array(sequential) * (1 + 1e-12))
+            off = {k: jnp.asarray(v) for k, v in point_params({**point, "ps.pipelined": False},
+                                                              zoo.get_model("alexnet"), np.float64).items()}
+            np.testing.assert_allclose(np.asarray(allreduce_time(jnp.asarray(MESSAGES)[:, None],
+                                                                 *collective_cost(off)))[:, 0],
+                                       sequential, rtol=1e-12, atol=0)
 
 
 def test_unset_fields_follow_their_rule():
