@@ -285,6 +285,9 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
     for key, members in buckets.items():
         rows_here = [observations[i][0] for i in members]
         per_row = [_row_params(r.point, extended) for r in rows_here]
+        if any("ps_pipelined" in q for q in per_row):  # set in some rows only: the others are sequential
+            for q in per_row:
+                q.setdefault("ps_pipelined", np.zeros(1))
         names = per_row[0].keys()
         params = {n: np.concatenate([p[n] for p in per_row]).astype(np.float64) for n in names}
         params["strategy"] = params["strategy"].astype(np.int32)
@@ -391,12 +394,14 @@ class Model:
         return out
 
 
-def loss_terms(pred, measured, tail: float):
-    import jax.numpy as jnp
-
-    log_error = jnp.log(pred) - jnp.log(measured)
+def loss_terms(pred, measured, tail: float, xp=None):
+    """mean(log(pred / measured)^2) + tail * mean(|pred / measured - 1|^32)^(1/16)
+    (`xp`: the array module, jax.numpy by default, numpy for host values)."""
+    if xp is None:
+        import jax.numpy as xp
+    log_error = xp.log(pred) - xp.log(measured)
     rel = pred / measured - 1.0
-    return jnp.mean(log_error ** 2) + tail * jnp.mean(jnp.abs(rel) ** 32) ** (1.0 / 16)
+    return xp.mean(log_error ** 2) + tail * xp.mean(xp.abs(rel) ** 32) ** (1.0 / 16)
 
 
 # ----------------------------------------------------------------------------- fitting
@@ -546,11 +551,14 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
             return theta, history
 
         final, _ = jax.jit(jax.vmap(run))(starts)
-        hard = jax.jit(jax.vmap(lambda t: loss_terms(model.predict(t), measured, options.tail)))(final)
-        hard = np.where(np.isfinite(np.asarray(hard)), np.asarray(hard), np.inf)
+        # Score every start with the hard model (hard max, hard switches), as sweeps evaluate it.
+        predictions = np.asarray(jax.jit(jax.vmap(model.predict))(final))
+        with np.errstate(all="ignore"):
+            hard = np.array([float(loss_terms(q, model.measured, options.tail, np)) for q in predictions])
+        hard = np.where(np.isfinite(hard), hard, np.inf)
         best = int(np.argmin(hard))
         theta = final[best]
-        pred = np.asarray(jax.jit(model.predict)(theta))
+        pred = predictions[best]
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
         residual = lambda t: jnp.log(model.predict(t, final_temperature, options.width[1])) - jnp.log(measured)  # noqa: E731
@@ -558,9 +566,7 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)
-    dof = max(1, len(r) - len(fitted))
-    cov = (r @ r / dof) * np.linalg.pinv(jac.T @ jac)
-    sigma = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    sigma = gauss_newton_sigma(jac, r)
     rel = np.abs(pred / model.measured - 1.0)
     keys = tuple(fitted)
     start_values = np.where(np.array(spaces) == "log", np.exp(np.asarray(starts[best])), np.asarray(starts[best]))
@@ -580,6 +586,21 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         measured=model.measured.copy(),
         targets=tuple(t for _, t in observations),
     )
+
+
+def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """1-sigma of each fitted coordinate from s^2 (J^T J)^-1, s^2 = |r|^2 / (N - k).
+
+    A coordinate the data cannot pin down (a direction of J^T J with no
+    curvature, e.g. a switch between two data points, or more keys than the
+    rows can tell apart) gets an infinite uncertainty rather than pinv's 0."""
+    count, k = jac.shape
+    s2 = float(residual @ residual) / max(1, count - k)
+    w, v = np.linalg.eigh(jac.T @ jac)
+    flat = w <= max(float(w.max(initial=0.0)), 1e-300) * 1e-12
+    variance = s2 * (v[:, ~flat] ** 2 / w[~flat]).sum(axis=1)
+    unidentified = (np.abs(v[:, flat]) > 1e-6).any(axis=1) if flat.any() else np.zeros(k, bool)
+    return np.where(unidentified, np.inf, np.sqrt(variance))
 
 
 def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarray]:
@@ -662,8 +683,9 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
-              options: Options = Options()) -> tuple[FitResult, dict]:
-    """Read, fit, and (with `output`) write FIT.toml; returns (result, document)."""
+              options: Options = Options(), label: str | None = None) -> tuple[FitResult, dict]:
+    """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
+    `label` describes the data in [fit] (default: its path)."""
     import tomli_w
 
     fitted = expand_fit(fit_keys)
@@ -673,7 +695,7 @@ def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, 
             raise SpecError(key, base[key], "a fitted key must start > 0")
     _, rows = read_rows(data, {k: v for k, v in base.items()})
     result = fit(rows, fitted, base, options)
-    doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, str(data))
+    doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label or str(data))
     if output is not None:
         write_atomic(output, tomli_w.dumps(doc))
     return result, doc

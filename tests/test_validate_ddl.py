@@ -1,0 +1,85 @@
+"""experiments/validate_ddl.py: the method mapping, the naive baselines, and (slow) a --quick run."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sweep.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
+needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"measured data not available: {DATA} is absent")
+
+
+def module():
+    spec = importlib.util.spec_from_file_location("validate_ddl", ROOT / "experiments" / "validate_ddl.py")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+@needs_data
+def test_every_row_maps_to_a_valid_scenario():
+    vd = module()
+    records, single = vd.load(vd.DATA)
+    assert set(single) == {"resnet50", "bert_base", "bert_large"}
+    assert {r["method"] for r in records} == set(vd.METHODS)
+    for r in records:
+        keys = vd.scenario_keys(r, single)
+        scenario = {k: v for k, v in keys.items() if v != ""}
+        if scenario.get("ps.pipelined") == "true":
+            scenario["ps.pipelined"] = True
+        spec = load_spec(scenario)  # every mapped row is a valid scenario
+        assert spec.fixed["nodes"] * spec.fixed["gpus_per_node"] == r["gpus"]
+        if r["method"].endswith("-PS") and r["nodes"] > 1:
+            assert spec.fixed["algorithm"] == "ps" and spec.fixed["ps.pipelined"] is True
+        else:
+            assert spec.fixed["algorithm"] == "rhd"
+    # ByteScheduler is predicted as the WFBP of its family
+    pick = {(r["method"], r["nodes"]): vd.scenario_keys(r, single) for r in records if r["dnn"] == "resnet50"}
+    for family in ("A2A", "PS"):
+        a, b = pick[(f"ByteScheduler-{family}", 4)], pick[(f"WFBP-{family}", 4)]
+        assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
+
+
+@needs_data
+def test_naive_baselines():
+    vd = module()
+    records, _ = vd.load(vd.DATA)
+    with open(vd.DATA, newline="") as handle:
+        raw = list(csv.DictReader(handle))
+    at = {(r["dnn"], r["method"], int(r["gpus"])): float(r["throughput"]) for r in raw}
+    test = [r for r in records if r["gpus"] >= 16]
+    naive = np.array([at[(r["dnn"], r["method"], 8)] * r["gpus"] / 8 for r in test])
+    assert len(test) == 42
+    # e.g. resnet50 WFBP-A2A at 32 GPUs: 1795.74 * 4
+    i = next(i for i, r in enumerate(test) if (r["dnn"], r["method"], r["gpus"]) == ("resnet50", "WFBP-A2A", 32))
+    assert naive[i] == pytest.approx(1795.74 * 4)
+
+
+@needs_data
+@pytest.mark.slow
+def test_quick_run_writes_table_and_predictions(tmp_path):
+    vd = module()
+    assert vd.main(["--quick", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "(a) scale-out" in table and "(b) cross-method" in table
+    with open(tmp_path / "predictions.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sum(r["task"] == "scale_out" for r in rows) == 42
+    assert sum(r["task"] == "cross_method" for r in rows) == 54
+    measured = {(r["dnn"], r["method"], int(r["gpus"])): float(r["throughput"]) for r in csv.DictReader(open(DATA))}
+    for r in rows:
+        want = measured[(r["model"], r["method"], int(r["gpus"]))]
+        assert float(r["model_error"]) == pytest.approx(abs(float(r["predicted"]) / want - 1), abs=2e-4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit_cross_method.toml", "fit_scale_out.toml",
+                                                         "predictions.csv", "table.md"]
+    for task in ("scale_out", "cross_method"):
+        doc = tomllib.loads((tmp_path / f"fit_{task}.toml").read_text())
+        assert doc["gpu"]["name"] == "rtx2080ti" and set(doc["fit"]["fitted"]) == set(vd.FIT)
+        assert doc["inter"]["bandwidth"] > 0 and doc["inter"]["large_bandwidth"] > 0
