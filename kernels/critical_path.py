@@ -9,9 +9,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from kernels.smooth import max_along
 
-def finish_times(level_tasks, level_preds, level_switch, durations, switches):
-    """Finish time of every task.
+
+def finish_times(level_tasks, level_preds, level_switch, durations, switches, temperature=None):
+    """Finish time of every task (with `temperature` [C], a smooth max over
+    predecessors, for fitting: `kernels.smooth.max_along`; padded and
+    disabled predecessors then add at most temperature * log(P)).
 
     level_tasks [NL, W], level_preds [NL, W, P], level_switch [NL, W, P]: int
     arrays from the compiler, padded with the sentinel index T.
@@ -25,7 +29,7 @@ def finish_times(level_tasks, level_preds, level_switch, durations, switches):
         tasks, preds, switch = level
         # Disabled edges contribute 0, which never wins: all finish times are >= 0.
         ready = finish[preds] * switches[switch]  # [W, P, C]
-        start = jnp.max(ready, axis=1)
+        start = max_along(ready, 1, temperature)
         return finish.at[tasks].set(start + durations[tasks]), None
 
     finish, _ = jax.lax.scan(step, finish, (level_tasks, level_preds, level_switch))

@@ -12,6 +12,7 @@ to it as the temperature T [s] goes to 0.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax.scipy.special import logsumexp
 
 
 def maximum(a, b, temperature=None):
@@ -22,13 +23,9 @@ def maximum(a, b, temperature=None):
 
 
 def max_along(x, axis, temperature=None):
-    """max over `axis`, or T * logsumexp(x / T) over it."""
+    """max over `axis`, or T * logsumexp(x / T) over it (T broadcasts
+    against x from the right, e.g. [C] with configurations on the last axis
+    and `axis` another one)."""
     if temperature is None:
         return jnp.max(x, axis=axis)
-    return temperature * jax_logsumexp(x / temperature, axis)
-
-
-def jax_logsumexp(x, axis):
-    from jax.scipy.special import logsumexp
-
-    return logsumexp(x, axis=axis)
+    return temperature * logsumexp(x / temperature, axis=axis)

@@ -254,6 +254,23 @@ def test_smooth_versions_tend_to_the_hard_ones():
     hard = np.asarray(piecewise_time(m, *cost))
     soft = np.asarray(piecewise_time(m, *cost, width=jnp.float32(0.01)))
     np.testing.assert_allclose(soft, hard, rtol=1e-4)
+    # the level-array longest path: smooth at a small temperature ~ hard, and a gradient for every branch
+    from kernels.critical_path import finish_times
+
+    tasks = jnp.asarray([[0, 1], [2, 3]])  # level 0: tasks 0, 1; level 1: task 2 (pad 3 = sentinel)
+    preds = jnp.asarray([[[3, 3], [3, 3]], [[0, 1], [3, 3]]])
+    switch = jnp.zeros_like(preds)
+    durations = jnp.asarray([[1.0, 2.0], [1.5, 1.0], [0.5, 0.5], [0.0, 0.0]])
+    switches = jnp.ones((1, 2))
+    hard_f = np.asarray(finish_times(tasks, preds, switch, durations, switches))
+    soft_f = np.asarray(finish_times(tasks, preds, switch, durations, switches, jnp.asarray([1e-3, 1e-3])))
+    np.testing.assert_allclose(soft_f, hard_f, atol=3e-3)
+    np.testing.assert_allclose(hard_f[2], [2.0, 2.5])
+    import jax
+
+    loser = jax.grad(lambda d: finish_times(tasks, preds, switch, d, switches, jnp.asarray([0.3, 0.3]))[2, 0])(
+        durations)
+    assert float(loser[0, 0]) > 0 and float(loser[1, 0]) > 0  # both predecessors pull
     # and the recursion: K iterations of a max-plus system
     work, io, h2d = jnp.asarray([1.0, 0.2]), jnp.asarray([0.3, 0.5]), jnp.asarray([0.1, 0.1])
     hard_t = np.asarray(steady_state(work, io, h2d, jnp.asarray([0.0, 1.0]), 4))
