@@ -22,7 +22,11 @@ While fitting, maxima are smooth (`kernels.smooth`, temperature a fraction
 of each row's measured iteration time) and protocol switches are sigmoids
 in log message size, both annealed towards the hard versions that sweeps
 use; the fit is scored with the hard ones. Uncertainties are Gauss-Newton:
-the covariance s^2 (J^T J)^-1 of the log residuals at the optimum.
+the covariance s^2 (J^T J)^-1 of the log residuals at the optimum, infinite
+for keys the data cannot pin down. A hard switch only matters through which
+side of it each message falls: it is moved to the log-middle of the interval
+that leaves every prediction unchanged, and half that interval is its
+(relative) uncertainty.
 """
 from __future__ import annotations
 
@@ -559,6 +563,8 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         best = int(np.argmin(hard))
         theta = final[best]
         pred = predictions[best]
+        switch_index = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES]
+        theta, switch_sigma = snap_switches(jax.jit(model.predict), theta, pred, switch_index)
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
         residual = lambda t: jnp.log(model.predict(t, final_temperature, options.width[1])) - jnp.log(measured)  # noqa: E731
@@ -567,6 +573,7 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
 
     r = np.log(pred) - np.log(model.measured)
     sigma = gauss_newton_sigma(jac, r)
+    sigma[switch_index] = switch_sigma
     rel = np.abs(pred / model.measured - 1.0)
     keys = tuple(fitted)
     start_values = np.where(np.array(spaces) == "log", np.exp(np.asarray(starts[best])), np.asarray(starts[best]))
@@ -586,6 +593,39 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         measured=model.measured.copy(),
         targets=tuple(t for _, t in observations),
     )
+
+
+def snap_switches(predict, theta, pred, index: list[int], reach: float = math.log(1e3), steps: int = 40):
+    """Hard switches only matter through which side of them each message
+    falls: move each to the log-middle of the interval over which the hard
+    predictions stay exactly the same, and report half that interval (in
+    log space: relative) as its uncertainty, infinite if the interval is
+    open within a factor 1000."""
+    import jax.numpy as jnp
+
+    theta = jnp.asarray(theta)
+    sigma = []
+    for i in index:
+        def same(value):
+            return bool(np.array_equal(np.asarray(predict(theta.at[i].set(value))), pred))
+
+        center = float(theta[i])
+        edges = []
+        for direction in (-1.0, 1.0):
+            inside, outside = center, center + direction * reach
+            if same(outside):
+                edges.append(None)
+                continue
+            for _ in range(steps):
+                middle = 0.5 * (inside + outside)
+                inside, outside = (middle, outside) if same(middle) else (inside, middle)
+            edges.append(inside)
+        if None in edges:
+            sigma.append(np.inf)
+            continue
+        theta = theta.at[i].set(0.5 * (edges[0] + edges[1]))
+        sigma.append(0.5 * (edges[1] - edges[0]))
+    return theta, np.array(sigma, np.float64)
 
 
 def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:

@@ -193,6 +193,12 @@ def test_osu_joint_fit_of_the_inter_link(tmp_path, cli):
         assert np.median(errors) <= 0.08, (processes, np.median(errors))
         assert errors.max() <= 0.40, (processes, errors.max())
     assert doc["fit"]["max_relative_error"] <= 0.40
+    # hard switches sit in the middle of the gap between the sizes they separate
+    # (recursive doubling -> ring between 8 and 12 KiB; 64 KiB per process)
+    assert doc["inter"]["protocol_bytes"] == pytest.approx(math.sqrt(8192 * 12288), rel=1e-6)
+    assert doc["fit"]["relative_uncertainty"]["inter"]["protocol_bytes"] == pytest.approx(0.5 * math.log(1.5),
+                                                                                         rel=1e-6)
+    assert 520192 / 8 < doc["inter"]["chunk_bytes"] < 524288 / 8
     # the plain alpha-beta ring cannot, even with this loss: same data, only alpha and bandwidth
     plain = tmp_path / "plain.toml"
     status, _, err = cli("calibrate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "-o", plain)
