@@ -150,9 +150,11 @@ class NetcdfStore:
             for name, (kind, attrs) in lay.sampled.items():
                 _coordinate(f, name, (lay.dims[-1],), None, attrs, kind)
             extra = " ".join(lay.sampled)
+            # A single configuration is a scalar: HDF5 neither chunks nor compresses those.
+            storage = dict(chunks=lay.disk_chunks, compression="gzip", compression_opts=1, shuffle=True) \
+                if lay.dims else {}
             for name, (dtype, attrs) in lay.variables.items():
-                var = f.create_variable(name, lay.dims, dtype, chunks=lay.disk_chunks,
-                                        compression="gzip", compression_opts=1, shuffle=True)
+                var = f.create_variable(name, lay.dims, dtype, **storage)
                 var.attrs.update(attrs)
                 if extra:
                     var.attrs["coordinates"] = extra

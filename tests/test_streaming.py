@@ -234,3 +234,13 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
     bar = evaluate.make_progress(10, quiet=False)
     assert bar is not None and bar.total == 10
     bar.close()
+
+
+def test_a_single_configuration_streams_to_a_scalar_cube(cli, write_spec, tmp_path):
+    out = tmp_path / "one.nc"
+    status, _, err = cli("run", write_spec('model = "alexnet"\nbatch_size = 16\nnodes = 2\n'), "-o", out)
+    assert status == 0, err
+    cube = open_cube(out)
+    assert cube["iteration_time"].dims == ()
+    doc = explain(load_spec({"model": "alexnet", "batch_size": 16, "nodes": 2}))
+    assert float(cube["iteration_time"]) == pytest.approx(doc["iteration_time"], rel=2e-5)
