@@ -142,7 +142,6 @@ def worker(devices: int, memory: bool, gpu_log2: int) -> dict:
 def sampled_memory(n: int = 10**8) -> dict:
     """Peak memory of a sampled sweep of n configurations streamed to disk,
     measured in a child process (so nothing else counts)."""
-    import tempfile
 
     code = f"""
 import resource, time, sweep, tempfile, os

@@ -47,7 +47,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels.codes import HIERARCHICAL, PS, RHD, RING, TREE
+from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
 
 LINK_FIELDS = ("alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth", "chunk_bytes",
                "chunk_alpha", "chunk_bandwidth", "alpha_exponent", "large_alpha_exponent", "bandwidth_exponent")

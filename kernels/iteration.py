@@ -16,7 +16,6 @@ Two evaluations of the same DAG live here:
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from kernels.channel import comm_channel

@@ -19,7 +19,7 @@ import xarray as xr
 
 from sweep import zoo
 from sweep.compiler import compile_zoo_model
-from sweep.evaluate import evaluate_params, structural_value
+from sweep.evaluate import evaluate_params
 from sweep.params import grid_columns, kernel_params
 from sweep.schema import KEYS, STRUCTURAL, SpecError
 from sweep.spec import Spec
@@ -91,9 +91,9 @@ def _groups(spec: Spec):
     per_axis = np.unravel_index(np.arange(size), inner_shape) if inner_shape else ()
     for group_index in itertools.product(*(range(len(spec.axes[i].values)) for i in group_axes)):
         chosen = {spec.axes[i].key: spec.axes[i].values[j] for i, j in zip(group_axes, group_index)}
-        name = structural_value(spec, "model", chosen)
-        seq_len = structural_value(spec, "seq_len", chosen)
-        dag, _ = compile_zoo_model(name, seq_len, structural_value(spec, "iterations", chosen))
+        name = spec.value("model", chosen)
+        seq_len = spec.value("seq_len", chosen)
+        dag, _ = compile_zoo_model(name, seq_len, spec.value("iterations", chosen))
         indices = {spec.axes[i].key: idx for i, idx in zip(inner_axes, per_axis)}
         indices.update({spec.axes[i].key: np.full(size, j) for i, j in zip(group_axes, group_index)})
         params = kernel_params(grid_columns(spec, indices, size), zoo.get_model(name, seq_len), size)

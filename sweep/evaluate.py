@@ -21,7 +21,7 @@ from sweep.compiler import compile_zoo_model
 from sweep.devices import Devices, visible_devices
 from sweep.params import kernel_params
 from sweep.plan import Plan
-from sweep.schema import KEYS, SpecError
+from sweep.schema import SpecError
 from sweep.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
 from sweep.spec import Spec
 
@@ -77,13 +77,6 @@ def _output_kernel(primary, params, outputs, size):
     return {name: jnp.broadcast_to(out[name], (size,)) for name in outputs}
 
 
-def structural_value(spec: Spec, key: str, values: dict[str, object]):
-    """A structural key's value: from `values` (a grid point), else fixed or default."""
-    if key in values:
-        return values[key]
-    return spec.fixed.get(key, KEYS[key].default)
-
-
 def spec_strategies(spec: Spec) -> set[str]:
     """Every strategy the scenario's configurations can use (explicit, or
     from their presets, or the default). Decided per scenario, not per chunk,
@@ -91,23 +84,11 @@ def spec_strategies(spec: Spec) -> set[str]:
     from sweep.params import DEFAULT_STRATEGY
     from sweep.presets import PRESETS
 
-    def values(key):
-        if key in spec.fixed:
-            return {spec.fixed[key]}
-        axis = spec.axis(key)
-        if axis is not None:
-            return set(axis.values)
-        if spec.sample is not None:
-            for d in spec.sample.dimensions:
-                if d.key == key:
-                    return set(d.choices)
-        return set()
-
-    explicit = values("strategy")
-    if explicit:
-        return explicit
-    presets = values("preset")
-    return {PRESETS[p].strategy for p in presets} if presets else {DEFAULT_STRATEGY}
+    if spec.given("strategy"):
+        return set(spec.values("strategy"))
+    if spec.given("preset"):
+        return {PRESETS[p].strategy for p in spec.values("preset")}
+    return {DEFAULT_STRATEGY}
 
 
 def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> None:

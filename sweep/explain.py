@@ -17,7 +17,6 @@ from kernels.iteration import iteration_outputs, task_durations
 from sweep import reference, zoo
 from sweep.compiler import compile_zoo_model
 from sweep.dag import concretize
-from sweep.evaluate import structural_value
 from sweep.params import point_params
 from sweep.spec import Spec, SpecError
 
@@ -37,10 +36,10 @@ def explain(spec: Spec) -> dict:
     """The JSON document of DESIGN 4 for a single-configuration spec."""
     point = single_point(spec)
     name = point["model"]
-    seq_len = structural_value(spec, "seq_len", point)
-    iterations = structural_value(spec, "iterations", point)
+    seq_len = spec.value("seq_len", point)
+    iterations = spec.value("iterations", point)
     model = zoo.get_model(name, seq_len)
-    trace = structural_value(spec, "compute.trace", point)
+    trace = spec.value("compute.trace", point)
     compiled, dag = compile_zoo_model(name, seq_len, iterations, trace)
     params = point_params(point, model, np.float64)
     # Model data in float64 too, straight from the zoo (the compiled copy is float32).

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from sweep.params import Column
-from sweep.schema import KEYS, STRUCTURAL
+from sweep.params import Column, grid_columns
+from sweep.schema import STRUCTURAL
 from sweep.spec import Spec
 
 
@@ -60,9 +60,8 @@ class Plan:
         split_len = self.inner_shape[self.split] if self.inner_shape else 1
         chunk_id = 0
         for group in itertools.product(*group_ranges):
-            structure = {spec.axes[i].key: spec.axes[i].values[g] for i, g in zip(self.group_axes, group)}
-            for key in STRUCTURAL:
-                structure.setdefault(key, spec.fixed.get(key, KEYS[key].default))
+            chosen = {spec.axes[i].key: spec.axes[i].values[g] for i, g in zip(self.group_axes, group)}
+            structure = {key: spec.value(key, chosen) for key in STRUCTURAL}
             for lead in itertools.product(*leading):
                 for start in range(0, split_len, self.step):
                     stop = min(start + self.step, split_len)
@@ -113,10 +112,7 @@ class Plan:
         sampled values per configuration (unpadded), for the cube's coordinates."""
         spec = self.spec
         index = self.indices(chunk)
-        constant = np.zeros(chunk.padded, np.int64)
-        columns = {key: Column((value,), constant) for key, value in spec.fixed.items()}
-        for i, axis in enumerate(spec.axes):
-            columns[axis.key] = Column(axis.values, index[i])
+        columns = grid_columns(spec, {a.key: index[i] for i, a in enumerate(spec.axes)}, chunk.padded)
         sampled: dict[str, np.ndarray] = {}
         if spec.sample is not None:
             config = chunk.box[-1]

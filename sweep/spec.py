@@ -65,6 +65,25 @@ class Spec:
         sampled = self.sample is not None and any(d.key == key for d in self.sample.dimensions)
         return key in self.fixed or self.axis(key) is not None or sampled
 
+    def value(self, key: str, point: Mapping[str, object] | None = None):
+        """A key's value at `point` (canonical key -> value), else its fixed value, else its default."""
+        if point is not None and key in point:
+            return point[key]
+        return self.fixed.get(key, KEYS[key].default)
+
+    def values(self, key: str) -> tuple:
+        """Every value a categorical or structural key takes: its axis, its
+        sampled choices, or its one fixed (or default) value."""
+        axis = self.axis(key)
+        if axis is not None:
+            return axis.values
+        for d in self.sample.dimensions if self.sample is not None else ():
+            if d.key == key:
+                if d.choices is None:
+                    raise ValueError(f"{key} is sampled over a range, not from choices")
+                return d.choices
+        return (self.value(key),)
+
     def point(self, index: tuple[int, ...]) -> dict[str, object]:
         """Every given key's value at one grid index."""
         values = dict(self.fixed)
@@ -139,14 +158,14 @@ def _resolve_traces(fixed: dict, axes: list, base_dir: Path | None) -> tuple[dic
 
 def _check_traces(spec: Spec) -> None:
     """Every trace must load and match every model it is paired with."""
-    traces = [t for t in _values(spec, "compute.trace") if t is not None]
+    traces = [t for t in spec.values("compute.trace") if t is not None]
     if not traces:
         return
     from sweep.layer_trace import trace_times
 
     for trace in traces:
-        for model in _values(spec, "model"):
-            for seq_len in _values(spec, "seq_len"):
+        for model in spec.values("model"):
+            for seq_len in spec.values("seq_len"):
                 trace_times(trace, model, seq_len)
 
 
@@ -210,17 +229,10 @@ def _check_required(spec: Spec) -> None:
             raise SpecError(key.name, None, "required key is missing")
 
 
-def _values(spec: Spec, key: str) -> tuple:
-    axis = spec.axis(key)
-    if axis is not None:
-        return axis.values
-    return (spec.fixed.get(key, KEYS[key].default),)
-
-
 def _check_models(spec: Spec) -> None:
     """Every model and sequence length pair must exist in the zoo."""
-    for model in _values(spec, "model"):
-        for seq_len in _values(spec, "seq_len"):
+    for model in spec.values("model"):
+        for seq_len in spec.values("seq_len"):
             try:
                 zoo.get_model(model, seq_len)
             except ValueError as err:

@@ -1,4 +1,3 @@
-import json
 import textwrap
 
 import pytest
@@ -30,8 +29,3 @@ def write_spec(tmp_path):
 
     return write
 
-
-def explain_json(cli, path):
-    status, out, err = cli("explain", path, "--json")
-    assert status == 0, err
-    return json.loads(out)

@@ -1,10 +1,8 @@
 """`explain --json` on resnet50, 2 nodes x 4 GPUs, ring: the DESIGN 2.3 contract."""
 import collections
 
-import numpy as np
 import pytest
 
-from conftest import explain_json
 from sweep import zoo
 
 INTRA_ALPHA, INTRA_BW = 8e-6, 1.2e10

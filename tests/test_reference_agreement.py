@@ -1,7 +1,6 @@
 """The JAX kernels equal the NumPy reference on every strategy, algorithm and preset."""
 import itertools
 
-import numpy as np
 import pytest
 
 import sweep

@@ -1,6 +1,5 @@
 """`run`: the netCDF cube over a grid, its labels, and its physics."""
 import itertools
-import json
 
 import numpy as np
 import pytest

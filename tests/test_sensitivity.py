@@ -1,5 +1,4 @@
 """Sensitivity outputs d(iteration_time)/d(key) against finite differences."""
-import numpy as np
 import pytest
 
 import sweep
