@@ -16,24 +16,31 @@ Two formats, told apart by content (a JSON document or not):
   annotations (`gpu_user_annotation`) exist they are used instead of the
   CPU-side ones, since they time the kernels.
 
-A layer seen several times (several profiled iterations) gets its mean time.
+A layer seen several times (several profiled iterations) gets its mean time;
+in a CSV, where one row per layer is expected, that draws a warning.
+Durations and timestamps must be finite numbers, durations >= 0, as in a CSV.
 Matching: by name when every zoo layer appears in the trace; entries that are
 not zoo layers (activations, pooling: the zoo lists only layers that hold
 parameters) are added to the zoo layer before them in forward order (or the
 first one), so the measured total is kept. Otherwise by order, when the trace
-has exactly as many entries as the model has layers. Anything else is an
-error naming the missing layers.
+has exactly as many entries as the model has layers (with a warning: the
+names say nothing). Anything else is an error naming the missing layers.
+
+The sha256 of every trace's contents is kept (`file_digest`): a resumed sweep
+compares it, so results of an edited trace never mix with the old ones.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
 import functools
+import hashlib
 import io
 import json
 import math
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -48,6 +55,12 @@ _FORWARD_PREFIXES = ("nn.Module: ", "forward: ")
 # Event categories that hold layer annotations (record_function); operators,
 # kernels and runtime events (cpu_op, kernel, cuda_runtime, ...) are not layers.
 _ANNOTATIONS = ("user_annotation", "gpu_user_annotation")
+# path -> sha256 of the contents last loaded from it
+DIGESTS: dict[str, str] = {}
+
+
+class TraceWarning(UserWarning):
+    """A trace that loads, but whose matching or contents deserve a look."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,15 +74,39 @@ class LayerTrace:
 def load_trace(path: str | os.PathLike) -> LayerTrace:
     """A trace from a CSV or Chrome-trace JSON file; SpecError if unreadable."""
     path = str(path)
+    data = _read(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(KEY, path, f"cannot read file ({err.__class__.__name__}: {getattr(err, 'strerror', None) or err})")
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(KEY, path, f"cannot read file: not UTF-8 text (byte {err.start})")
+    DIGESTS[path] = hashlib.sha256(data).hexdigest()
     stripped = text.lstrip()
     if stripped.startswith("{") or stripped.startswith("["):
         return _from_chrome(path, text)
     return _from_csv(path, text)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise SpecError(KEY, path, f"cannot read file ({err.__class__.__name__}: {err.strerror or err})")
+
+
+def file_digest(path: str) -> str:
+    """sha256 of the trace's contents as loaded (or as on disk now, if never loaded)."""
+    return DIGESTS.get(str(path)) or hashlib.sha256(_read(str(path))).hexdigest()
+
+
+def refresh(path: str) -> None:
+    """Forget cached times (and compiled DAGs) of a trace whose file changed since it was loaded."""
+    path = str(path)
+    if path in DIGESTS and hashlib.sha256(_read(path)).hexdigest() != DIGESTS[path]:
+        from sweep.compiler import compile_zoo_model
+
+        trace_times.cache_clear()
+        compile_zoo_model.cache_clear()
 
 
 def _from_csv(path: str, text: str) -> LayerTrace:
@@ -94,6 +131,11 @@ def _from_csv(path: str, text: str) -> LayerTrace:
                 raise SpecError(KEY, path, f"line {line}: {column} = {row[column]!r} must be finite and >= 0")
             times.append(value)
         _add(sums, name, *times)
+    repeated = [name for name, (f, _) in sums.items() if len(f) > 1]
+    if repeated:
+        warnings.warn(f"{KEY} = {path!r}: {len(repeated)} layer(s) on several rows ({', '.join(repeated[:3])}"
+                      f"{', ...' if len(repeated) > 3 else ''}); using the mean of their rows", TraceWarning,
+                      stacklevel=2)
     return _trace(path, sums)
 
 
@@ -109,6 +151,10 @@ def _from_chrome(path: str, text: str) -> LayerTrace:
                 and e.get("cat", "user_annotation") in _ANNOTATIONS]
     if any(e.get("cat") == "gpu_user_annotation" for e in complete):
         complete = [e for e in complete if e.get("cat") == "gpu_user_annotation"]
+    for index, event in enumerate(complete):
+        _check_time(path, index, event, "dur")
+        if "ts" in event:
+            _check_time(path, index, event, "ts", negative=True)
     sums: dict[str, list[float]] = {}
     for event in sorted(complete, key=lambda e: float(e.get("ts", 0.0))):
         name, seconds = str(event["name"]), float(event["dur"]) * 1e-6
@@ -122,6 +168,20 @@ def _from_chrome(path: str, text: str) -> LayerTrace:
     if not sums:
         raise SpecError(KEY, path, "no complete (\"ph\": \"X\") events named after layers")
     return _trace(path, sums)
+
+
+def _check_time(path: str, index: int, event: dict, field: str, negative: bool = False) -> None:
+    """A Chrome trace's `dur` or `ts` must be a finite number (a duration >= 0), as in a CSV."""
+    value = event[field]
+    try:
+        number = float(value)
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+    except (TypeError, ValueError):
+        raise SpecError(KEY, path, f"event {event.get('name')!r}: {field} = {value!r} is not a number") from None
+    if not math.isfinite(number) or (number < 0 and not negative):
+        raise SpecError(KEY, path, f"event {event.get('name')!r}: {field} = {value!r} must be finite"
+                                   f"{'' if negative else ' and >= 0'}")
 
 
 def _strip(name: str) -> str:
@@ -163,6 +223,9 @@ def match_trace(trace: LayerTrace, model: zoo.Model) -> tuple[np.ndarray, np.nda
             backward[owner] += b
         return forward, backward
     if len(trace.names) == len(layer_names):
+        warnings.warn(f"{KEY} = {trace.path!r}: no entry is named after {model.name}'s layers "
+                      f"({len(missing)} of {len(layer_names)} missing); matched by order, first entry to first "
+                      "layer", TraceWarning, stacklevel=2)
         return np.asarray(trace.forward, np.float64), np.asarray(trace.backward, np.float64)
     shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
     raise SpecError(KEY, trace.path,
