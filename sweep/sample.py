@@ -26,6 +26,7 @@ from sweep.schema import KEYS, STRUCTURAL, SpecError, canonical, check_value
 METHODS = ("random", "sobol")
 SCALES = ("linear", "log")
 MAX_SAMPLES = 10**12
+MAX_SOBOL = 2**30  # scipy's Sobol engine draws at most 2**30 points
 _BLOCK = 1 << 16  # random draws come in blocks seeded by (seed, block)
 
 
@@ -94,6 +95,9 @@ def parse_sample(table: Mapping, taken: set[str]) -> Sample:
     method = table.get("method", "random")
     if method not in METHODS:
         raise SpecError("sample.method", method, f"choose from {', '.join(METHODS)}")
+    if method == "sobol" and n > MAX_SOBOL:
+        raise SpecError("sample.n", n, f"a Sobol sample draws at most 2**30 = {MAX_SOBOL:,} configurations; "
+                                       'use method = "random" or a smaller n')
     seed = table.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SpecError("sample.seed", seed, "must be a non-negative integer")

@@ -28,68 +28,91 @@ class Key:
     required: bool = False
 
 
+# Bounds. The kernels compute in float32 (integers exact up to 2**24), so
+# every value must be representable there and leave headroom for products;
+# beyond that, physics: no link is slower than a byte per second or waits an
+# hour to start, no device does a zettaFLOP/s. Values outside are input
+# errors, never silent infinities, wraps or perfect scores.
+FLOAT32_MAX = 3.4028234663852886e38
+EXACT_INT = 2**24  # largest range of integers float32 holds exactly
+MAX_WORKERS = EXACT_INT  # nodes x gpus_per_node
+MAX_SECONDS = 3600.0  # a latency or per-sample time above an hour is a typo
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1.0, 1e18  # bytes/s: a byte per second to an exabyte per second
+MAX_BYTES = 1e18  # message sizes, buckets, samples
+MAX_EXPONENT = 4.0  # (k/2)**e over up to 2**24 processes stays finite in float32
+
+
+def _bandwidth(name: str, units: str, long_name: str) -> Key:
+    return Key(name, float, None, units, long_name, minimum=MIN_BANDWIDTH, maximum=MAX_BANDWIDTH)
+
+
+def _latency(name: str, long_name: str) -> Key:
+    return Key(name, float, None, "s", long_name, minimum=0.0, maximum=MAX_SECONDS)
+
+
+def _exponent(name: str, long_name: str) -> Key:
+    return Key(name, float, None, "1", long_name, minimum=-MAX_EXPONENT, maximum=MAX_EXPONENT)
+
+
 def _link_keys(table: str, what: str, default: str, collective: bool = True) -> list[Key]:
     keys = [
         Key(f"{table}.name", str, default, "", f"{what} link", choices=lambda: tuple(catalog.LINKS)),
-        Key(f"{table}.alpha", float, None, "s", f"{what} link latency", minimum=0.0),
-        Key(f"{table}.bandwidth", float, None, "bytes/s", f"{what} link bandwidth", positive=True),
+        _latency(f"{table}.alpha", f"{what} link latency"),
+        _bandwidth(f"{table}.bandwidth", "bytes/s", f"{what} link bandwidth"),
     ]
     if not collective:
         return keys
     # The link model's extensions (kernels/collectives.py); unset, each is a no-op.
     return keys + [
         Key(f"{table}.protocol_bytes", float, None, "bytes",
-            f"{what} all-reduce size above which the large-message pair applies (unset: never)", positive=True),
-        Key(f"{table}.large_alpha", float, None, "s", f"{what} latency above protocol_bytes (unset: alpha)",
-            minimum=0.0),
-        Key(f"{table}.large_bandwidth", float, None, "bytes/s",
-            f"{what} bandwidth above protocol_bytes (unset: bandwidth)", positive=True),
+            f"{what} all-reduce size above which the large-message pair applies (unset: never)", positive=True,
+            maximum=MAX_BYTES),
+        _latency(f"{table}.large_alpha", f"{what} latency above protocol_bytes (unset: alpha)"),
+        _bandwidth(f"{table}.large_bandwidth", "bytes/s", f"{what} bandwidth above protocol_bytes (unset: bandwidth)"),
         Key(f"{table}.chunk_bytes", float, None, "bytes",
-            f"{what} per-process share M/k above which the chunk pair applies (unset: never)", positive=True),
-        Key(f"{table}.chunk_alpha", float, None, "s", f"{what} latency above chunk_bytes (unset: large_alpha)",
-            minimum=0.0),
-        Key(f"{table}.chunk_bandwidth", float, None, "bytes/s",
-            f"{what} bandwidth above chunk_bytes (unset: large_bandwidth)", positive=True),
-        Key(f"{table}.alpha_exponent", float, None, "1",
-            f"{what} latency per step scales as (k/2)**this with k processes (unset: 0)"),
-        Key(f"{table}.large_alpha_exponent", float, None, "1",
-            f"{what} alpha_exponent above protocol_bytes (unset: alpha_exponent)"),
-        Key(f"{table}.bandwidth_exponent", float, None, "1",
-            f"{what} bandwidth per process scales as (k/2)**-this with k processes (unset: 0)"),
+            f"{what} per-process share M/k above which the chunk pair applies (unset: never)", positive=True,
+            maximum=MAX_BYTES),
+        _latency(f"{table}.chunk_alpha", f"{what} latency above chunk_bytes (unset: large_alpha)"),
+        _bandwidth(f"{table}.chunk_bandwidth", "bytes/s", f"{what} bandwidth above chunk_bytes (unset: large_bandwidth)"),
+        _exponent(f"{table}.alpha_exponent", f"{what} latency per step scales as (k/2)**this with k processes (unset: 0)"),
+        _exponent(f"{table}.large_alpha_exponent", f"{what} alpha_exponent above protocol_bytes (unset: alpha_exponent)"),
+        _exponent(f"{table}.bandwidth_exponent",
+                  f"{what} bandwidth per process scales as (k/2)**-this with k processes (unset: 0)"),
     ]
 
 
 KEYS: dict[str, Key] = {k.name: k for k in [
     Key("model", str, None, "", "DNN model", choices=lambda: zoo.MODEL_NAMES, required=True),
-    Key("batch_size", int, None, "samples", "per-GPU batch size", positive=True, required=True),
-    Key("seq_len", int, None, "tokens", "sequence length (transformers)", positive=True),
-    Key("nodes", int, 1, "", "nodes", positive=True),
-    Key("gpus_per_node", int, 1, "", "GPUs per node", positive=True),
+    Key("batch_size", int, None, "samples", "per-GPU batch size", positive=True, maximum=EXACT_INT, required=True),
+    Key("seq_len", int, None, "tokens", "sequence length (transformers)", positive=True, maximum=EXACT_INT),
+    Key("nodes", int, 1, "", "nodes", positive=True, maximum=MAX_WORKERS),
+    Key("gpus_per_node", int, 1, "", "GPUs per node", positive=True, maximum=MAX_WORKERS),
     Key("gpu.name", str, "v100", "", "GPU", choices=lambda: tuple(catalog.GPUS)),
-    Key("gpu.peak_flops", float, None, "FLOP/s", "GPU peak FP32 rate", positive=True),
-    Key("gpu.memory_bandwidth", float, None, "bytes/s", "GPU memory bandwidth", positive=True),
+    Key("gpu.peak_flops", float, None, "FLOP/s", "GPU peak FP32 rate", minimum=1.0, maximum=1e21),
+    _bandwidth("gpu.memory_bandwidth", "bytes/s", "GPU memory bandwidth"),
     Key("strategy", str, None, "", "gradient communication strategy", choices=lambda: STRATEGIES),
     Key("algorithm", str, None, "", "all-reduce algorithm", choices=lambda: ALGORITHMS),
-    Key("bucket_bytes", int, None, "bytes", "fusion bucket size", positive=True),
+    Key("bucket_bytes", int, None, "bytes", "fusion bucket size", positive=True, maximum=MAX_BYTES),
     Key("preset", str, None, "", "framework preset", choices=lambda: tuple(presets.PRESETS)),
     Key("iterations", int, 3, "", "unrolled iterations K", minimum=2, maximum=64),
-    Key("grad_bytes", int, 4, "bytes", "bytes per gradient element", positive=True),
+    Key("grad_bytes", int, 4, "bytes", "bytes per gradient element", positive=True, maximum=64),
     *_link_keys("intra", "intra-node", "pcie3"),
     *_link_keys("inter", "inter-node", "10gbe"),
     *_link_keys("h2d", "host-to-device", "pcie3", collective=False),
     Key("compute.efficiency", float, 0.6, "1", "peak efficiency at large batch", positive=True, maximum=1.0),
-    Key("compute.b_half", float, 8.0, "samples", "batch of half efficiency", minimum=0.0),
-    Key("compute.bwd_ratio", float, 2.0, "1", "backward/forward time ratio", positive=True),
-    Key("compute.measured_throughput", float, None, "samples/s", "measured single-GPU throughput", positive=True),
+    Key("compute.b_half", float, 8.0, "samples", "batch of half efficiency", minimum=0.0, maximum=EXACT_INT),
+    Key("compute.bwd_ratio", float, 2.0, "1", "backward/forward time ratio", positive=True, maximum=1e3),
+    Key("compute.measured_throughput", float, None, "samples/s", "measured single-GPU throughput", positive=True,
+        maximum=1e12),
     Key("compute.trace", str, None, "",
         "measured per-layer forward and backward times: CSV (layer, forward_time, backward_time) "
         "or PyTorch profiler Chrome trace JSON"),
     Key("compute.update_bytes_per_param", float, 16.0, "bytes", "memory traffic of the update per parameter",
-        positive=True),
-    Key("io.time_per_sample", float, 1e-4, "s", "read and decode time per sample", minimum=0.0),
-    Key("io.sample_bytes", int, None, "bytes", "bytes per sample copied to the GPU", positive=True),
+        positive=True, maximum=1e6),
+    Key("io.time_per_sample", float, 1e-4, "s", "read and decode time per sample", minimum=0.0, maximum=MAX_SECONDS),
+    Key("io.sample_bytes", int, None, "bytes", "bytes per sample copied to the GPU", positive=True, maximum=MAX_BYTES),
     Key("io.prefetch", bool, None, "", "input prefetch"),
-    Key("ps.servers", int, None, "", "parameter servers", positive=True),
+    Key("ps.servers", int, None, "", "parameter servers", positive=True, maximum=MAX_WORKERS),
     Key("ps.pipelined", bool, None, "",
         "ps phases overlap, as BytePS streams partitions (latencies add, the slower phase sets the pace)"),
 ]}
@@ -147,7 +170,17 @@ def check_value(written: str, value: object) -> object:
     if key.positive and value <= 0:
         raise SpecError(written, value, "must be > 0")
     if key.minimum is not None and value < key.minimum:
-        raise SpecError(written, value, f"must be >= {key.minimum:g}")
+        raise SpecError(written, value, f"must be >= {_bound(key.minimum)}{_units(key)}")
     if key.maximum is not None and value > key.maximum:
-        raise SpecError(written, value, f"must be <= {key.maximum:g}")
+        raise SpecError(written, value, f"must be <= {_bound(key.maximum)}{_units(key)}")
+    if key.kind is float and abs(value) > FLOAT32_MAX:
+        raise SpecError(written, value, "beyond float32 (the kernels' type)")
     return value
+
+
+def _bound(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) and abs(x) < 1e9 else f"{x:g}"
+
+
+def _units(key: Key) -> str:
+    return f" {key.units}" if key.units and key.units != "1" else ""

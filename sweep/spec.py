@@ -19,7 +19,7 @@ from kernels.iteration import OUTPUTS
 from sweep import zoo
 from sweep.sample import Sample, parse_sample
 from sweep.sensitivity import check_sensitivity, is_sensitivity
-from sweep.schema import KEYS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonical, check_value
+from sweep.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonical, check_value
 
 # Top-level keys that are not model parameters.
 CONTROL_KEYS = ("outputs",)
@@ -113,6 +113,7 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
         raw, base_dir = source, None
     else:
         raw, base_dir = _read_toml(Path(source)), Path(source).parent
+    from_fit = isinstance(raw.get("fit"), Mapping)
     raw = {k: v for k, v in raw.items() if k not in METADATA_TABLES}
     fixed: dict[str, object] = {}
     axes: list[Axis] = []
@@ -134,7 +135,8 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     sample = parse_sample(sample_raw, set(written_as)) if sample_raw is not None else None
     fixed, axes = _resolve_traces(fixed, axes, base_dir)
     spec = Spec(fixed, tuple(axes), outputs, sample)
-    _check_required(spec)
+    _check_required(spec, from_fit)
+    _check_workers(spec)
     _check_models(spec)
     _check_traces(spec)
     return spec
@@ -161,9 +163,10 @@ def _check_traces(spec: Spec) -> None:
     traces = [t for t in spec.values("compute.trace") if t is not None]
     if not traces:
         return
-    from sweep.layer_trace import trace_times
+    from sweep.layer_trace import refresh, trace_times
 
     for trace in traces:
+        refresh(trace)  # a file edited since it was loaded in this process is read again
         for model in spec.values("model"):
             for seq_len in spec.values("seq_len"):
                 trace_times(trace, model, seq_len)
@@ -179,9 +182,16 @@ def sample_table(sample: Sample) -> dict:
 
 def _read_toml(path: Path) -> dict:
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
+        data = path.read_bytes()
+    except OSError as err:
         raise SpecError("scenario", str(path), f"cannot read file ({err.__class__.__name__}: {err.strerror or err})")
+    if data.startswith(b"\x89HDF") or data.startswith(b"CDF"):
+        raise SpecError("scenario", str(path), "is a netCDF cube, not a TOML scenario")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError("scenario", str(path), f"not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r}); "
+                                               "save it as UTF-8")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -223,10 +233,32 @@ def _check_outputs(value) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
-def _check_required(spec: Spec) -> None:
+def _check_required(spec: Spec, from_fit: bool = False) -> None:
     for key in KEYS.values():
         if key.required and not spec.given(key.name):
-            raise SpecError(key.name, None, "required key is missing")
+            hint = ("; this fit was written without --base, so it holds only the fitted keys: add the "
+                    "missing keys to it, or calibrate with --base SPEC.toml") if from_fit else ""
+            raise SpecError(key.name, None, f"required key is missing{hint}")
+
+
+def _largest(spec: Spec, key: str) -> float:
+    """The largest value a numeric key takes: fixed, swept or sampled."""
+    axis = spec.axis(key)
+    if axis is not None:
+        return max(axis.values)
+    for d in spec.sample.dimensions if spec.sample is not None else ():
+        if d.key == key:
+            return max(d.choices) if d.choices is not None else d.high
+    return spec.value(key)
+
+
+def _check_workers(spec: Spec) -> None:
+    """nodes x gpus_per_node must stay an exact integer in float32 (the kernels' type)."""
+    nodes, gpus = _largest(spec, "nodes"), _largest(spec, "gpus_per_node")
+    if nodes * gpus > MAX_WORKERS:
+        raise SpecError("nodes x gpus_per_node", f"{nodes:g} x {gpus:g}",
+                        f"reaches {int(nodes * gpus):,} GPUs; at most {MAX_WORKERS:,} "
+                        "(2**24, exact in float32)")
 
 
 def _check_models(spec: Spec) -> None:
