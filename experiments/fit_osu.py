@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep.calibrate import Options, calibrate, summary
-from sweep.report import markdown_table, study_arguments, write_text
+from sweep.report import markdown_table, require_data, study_arguments, write_text
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "osu_allreduce_latency.csv"
 QUICK = Options(starts=4, steps=600, polish=300)
@@ -46,6 +46,7 @@ def fit(keys, folder: Path, output: Path | None, options: Options):
 
 def main(argv=None) -> int:
     args = study_arguments("fit_osu", __doc__.splitlines()[0], argv)
+    require_data("fit_osu", DATA)
     started = time.perf_counter()
     options = QUICK if args.quick else Options()
     with tempfile.TemporaryDirectory() as folder:

@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep.calibrate import Options, calibrate, predict_rows, read_base, read_rows, summary
-from sweep.report import markdown_table, study_arguments, write_text
+from sweep.report import markdown_table, require_data, study_arguments, write_text
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 BASE = 'gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "10gbe"\n'
@@ -186,6 +186,7 @@ def write_predictions(path: Path, tasks: list[dict]) -> None:
 
 def main(argv=None) -> int:
     args = study_arguments("validate_ddl", __doc__.splitlines()[0], argv)
+    require_data("validate_ddl", DATA)
     started = time.perf_counter()
     records, single = load(DATA)
     options = QUICK if args.quick else FULL

@@ -79,6 +79,17 @@ def write_dataset(dataset, path: str | os.PathLike) -> Path:
     return write_atomically(path, lambda tmp: dataset.to_netcdf(tmp, engine="h5netcdf"))
 
 
+def require_data(study: str, path: str | os.PathLike) -> None:
+    """Exit 2 with one line when a study's measurements are missing (they live
+    in ../shared/data beside the repository, not in it)."""
+    if not Path(path).is_file():
+        import sys
+
+        print(f"{study}: error: data = {str(path)!r}: not found; the measurements live in ../shared/data "
+              "beside the repository (see DESIGN.md, section 5)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub markdown table; cells are used as given (format numbers before)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -4,13 +4,22 @@
 on disk), flushes it, and then records the chunk in `OUT.nc.partial.json`.
 Only a finished sweep is renamed to `OUT.nc`, so nothing at the output path
 ever looks complete before it is. A sweep that was killed resumes from the
-chunks its journal lists, provided the journal belongs to the same sweep.
+chunks its journal lists, provided the journal belongs to the same sweep:
+same resolved scenario, same contents of every file it reads (traces), same
+program, chunk size and device count (`identity`). Otherwise it starts over
+and says why. While it runs, the store holds an exclusive lock on
+`OUT.nc.lock` (which names its pid), so a second run on the same output is
+refused instead of corrupting it.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
+import functools
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -23,8 +32,16 @@ from kernels.codes import BOTTLENECKS
 from sweep.cube import OUTPUT_ATTRS
 from sweep.sensitivity import is_sensitivity, key_of, variable_name
 from sweep.sensitivity import units as sensitivity_units
-from sweep.schema import KEYS
+from sweep import interrupt
+from sweep.schema import KEYS, SpecError
 from sweep.spec import Spec
+
+SPACE_MARGIN = 1 << 20  # bytes kept free beyond a chunk's data, for HDF5's metadata and the journal
+RESUME_HINT = "; the finished chunks are journaled: free space and run the same command again to resume"
+# Errors that mean "this output cannot be written here"; reported in one line.
+WRITE_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system",
+                errno.EACCES: "permission denied", errno.EPERM: "operation not permitted (immutable?)",
+                errno.EDQUOT: "disk quota exceeded"}
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
@@ -38,7 +55,7 @@ class Layout:
     disk_chunks: tuple[int, ...]
 
 
-def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...]) -> Layout:
+def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...], inputs: str | None = None) -> Layout:
     coords = {}
     for axis in spec.axes:
         key = KEYS[axis.key]
@@ -63,11 +80,14 @@ def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...]) -> Layou
                          flag_meanings=" ".join(BOTTLENECKS))
         variables[name] = (np.int8 if name == "bottleneck" else np.float32, attrs)
     attrs = {"title": "ssgd-sweep result cube", "spec": spec.to_toml(), "devices": devices}
+    if inputs is not None:  # what `identity` says of scenario, input files and program
+        attrs["inputs_sha256"] = inputs
     return Layout(spec.dims, spec.shape, coords, sampled, variables, attrs, disk_chunks)
 
 
 class MemoryStore:
     """Collects results in memory and returns an xarray Dataset."""
+    already_complete = False
 
     def __init__(self, layout: Layout):
         self.layout = layout
@@ -77,10 +97,12 @@ class MemoryStore:
         self.sampled = {name: np.empty(n, object if kind is str else kind) for name, (kind, _) in layout.sampled.items()}
 
     def write(self, chunk, block: dict[str, np.ndarray], sampled: dict[str, np.ndarray]) -> None:
+        check_finite(self.layout, chunk, block, sampled)
         for name, values in block.items():
             self.arrays[name][chunk.box] = values
         for name, values in sampled.items():
             self.sampled[name][chunk.box[-1]] = values
+        interrupt.check()
 
     def finish(self) -> xr.Dataset:
         lay = self.layout
@@ -99,9 +121,10 @@ class MemoryStore:
 class NullStore:
     """For processes other than 0 in a cluster: they compute, process 0 writes."""
     completed: frozenset = frozenset()
+    already_complete = False
 
     def write(self, chunk, block, sampled) -> None:
-        pass
+        interrupt.check()
 
     def abort(self) -> None:
         pass
@@ -110,34 +133,66 @@ class NullStore:
 
 
 class NetcdfStore:
-    """Streams chunks into OUT.nc.partial; renames to OUT.nc when complete."""
+    """Streams chunks into OUT.nc.partial; renames to OUT.nc when complete.
 
-    def __init__(self, path: str | os.PathLike, layout: Layout, fingerprint: str, log=None):
+    `identity` (see `identity`) says which sweep this is: a journal of another
+    sweep is discarded with a one-line note through `log`; an existing OUT.nc
+    of the same inputs makes `already_complete` true and nothing is written.
+    `lock`: an OutputLock the caller already holds (else one is taken); the
+    store releases it when it finishes, aborts or discards.
+    """
+
+    def __init__(self, path: str | os.PathLike, layout: Layout, identity: dict, log=None,
+                 lock: "OutputLock | None" = None):
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.journal = self.path.with_name(self.path.name + ".partial.json")
         self.layout = layout
-        self.fingerprint = fingerprint
-        self.completed = self._resume(log)
-        if self.completed is None:
-            self.completed = set()
-            self._create()
-        # Chunks are written with h5py itself: its flush reaches the file
-        # (h5netcdf's flush does not write HDF5's caches out).
-        self.file = h5py.File(self.partial, "a")
+        self.identity = identity
+        self.log = log or (lambda message: None)
+        self.file = None
+        self.lock = lock or OutputLock(self.path)  # refuses a second writer; raises SpecError
+        try:
+            self.existed = self.path.exists()
+            self.already_complete = self.existed and _cube_inputs(self.path) == identity["inputs"]
+            if self.already_complete:
+                self.completed = set()
+                return
+            with _writing(self.path):
+                self.completed = self._resume()
+                if self.completed is None:
+                    self.completed = set()
+                    self._create()
+                # Chunks are written with h5py itself: its flush reaches the file
+                # (h5netcdf's flush does not write HDF5's caches out).
+                self.file = h5py.File(self.partial, "a")
+        except BaseException:
+            self._close()
+            self.lock.release()
+            raise
 
-    def _resume(self, log) -> set[int] | None:
+    def _resume(self) -> set[int] | None:
+        if not self.journal.exists():
+            return None
         try:
             record = json.loads(self.journal.read_text())
-            if record.get("fingerprint") != self.fingerprint:
-                return None
+            done = set(record["completed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            self.log(f"starting over: the journal {self.journal.name} is unreadable")
+            return None
+        changed = _changes(record.get("identity"), self.identity)
+        if changed:
+            self.log(f"starting over: {changed} since {self.partial.name} was written "
+                     f"({len(done)} finished chunk(s) discarded)")
+            return None
+        try:
             with h5netcdf.File(self.partial, "r"):
                 pass  # a file killed mid-write may not open: then start over
         except (OSError, ValueError):
+            self.log(f"starting over: {self.partial.name} is damaged ({len(done)} finished chunk(s) discarded)")
             return None
-        done = set(record["completed"])
-        if log and done:
-            log(f"resuming {self.partial.name}: {len(done)} chunks already done")
+        if done:
+            self.log(f"resuming {self.partial.name}: {len(done)} chunks already done")
         return done
 
     def _create(self) -> None:
@@ -162,42 +217,279 @@ class NetcdfStore:
         self._write_journal()
 
     def write(self, chunk, block: dict[str, np.ndarray], sampled: dict[str, np.ndarray]) -> None:
-        for name, values in block.items():
-            self.file[name][chunk.box] = values
-        for name, values in sampled.items():
-            var = self.file[name]
-            if var.dtype.kind == "O":
-                var[chunk.box[-1]] = values.astype(object)
-            else:
-                var[chunk.box[-1]] = values.astype(var.dtype)
-        self.file.flush()
-        self.completed.add(chunk.id)
-        self._write_journal()
+        check_finite(self.layout, chunk, block, sampled)
+        self._check_space(sum(v.nbytes for v in block.values()) + sum(np.asarray(v).nbytes for v in sampled.values()))
+        with _writing(self.path, mid_run=True):
+            for name, values in block.items():
+                self.file[name][chunk.box] = values
+            for name, values in sampled.items():
+                var = self.file[name]
+                if var.dtype.kind == "O":
+                    var[chunk.box[-1]] = values.astype(object)
+                else:
+                    var[chunk.box[-1]] = values.astype(var.dtype)
+            self.file.flush()
+            self.completed.add(chunk.id)
+            self._write_journal()
+        interrupt.check()  # a signal stops the sweep here, with this chunk safely journaled
+
+    def _check_space(self, need: int) -> None:
+        """Stop before HDF5 meets a full disk: a write that fails inside it
+        leaves its caches dirty, and HDF5 then crashes the process on exit."""
+        try:
+            st = os.statvfs(self.partial.parent)
+        except OSError:
+            return
+        free = st.f_bavail * st.f_frsize
+        need += SPACE_MARGIN
+        if free < need:
+            raise WriteError(self.path, f"cannot write {self.partial}: no space left on the device ({free:,} bytes "
+                                        f"free, a chunk needs up to {need:,}){RESUME_HINT}", mid_run=True)
 
     def _write_journal(self) -> None:
         tmp = self.journal.with_name(self.journal.name + ".tmp")
-        tmp.write_text(json.dumps({"fingerprint": self.fingerprint, "completed": sorted(self.completed)}))
-        os.replace(tmp, self.journal)
+        try:
+            tmp.write_text(json.dumps({"identity": self.identity, "completed": sorted(self.completed)}))
+            os.replace(tmp, self.journal)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
-    def finish(self) -> None:
-        self.file.close()
-        os.replace(self.partial, self.path)
-        self.journal.unlink(missing_ok=True)
+    def finish(self) -> bool:
+        """Rename the complete cube to OUT.nc; True if it replaced an existing file."""
+        try:
+            replaced = self.path.exists()
+            if self.file is not None:
+                with _writing(self.path, mid_run=True):
+                    self._close()
+                    os.replace(self.partial, self.path)
+                self.journal.unlink(missing_ok=True)
+            return replaced
+        finally:
+            self.lock.release()
 
     def abort(self) -> None:
         """Keep what is done for a resume; the output path stays untouched."""
-        self.file.close()
+        try:
+            self._close()
+        finally:
+            self.lock.release()
 
     def discard(self) -> None:
         """Bad input: nothing to resume, leave no file behind."""
-        self.file.close()
-        self.partial.unlink(missing_ok=True)
-        self.journal.unlink(missing_ok=True)
+        try:
+            self._close()
+            self.partial.unlink(missing_ok=True)
+            self.journal.unlink(missing_ok=True)
+        finally:
+            self.lock.release()
+
+    def _close(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except (OSError, RuntimeError, ValueError):
+                pass  # a failed disk: the journal still lists only chunks that were flushed
+            self.file = None
 
 
-def fingerprint(spec: Spec, chunk_length: int, target: int) -> str:
-    text = json.dumps([spec.to_toml(), chunk_length, target, 1])
-    return hashlib.sha256(text.encode()).hexdigest()
+class OutputLock:
+    """An exclusive lock on OUT.lock for the whole run, holding the owner's pid.
+
+    flock locks go with the process: a run that is killed leaves an unlocked
+    file, which the next run takes over. The file is removed on release."""
+
+    def __init__(self, path: Path):
+        self.path = path.with_name(path.name + ".lock")
+        self.fd = None
+        for _ in range(10):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise write_error(path, err) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise SpecError("output", str(path), f"in use by another run (pid {owner}, lock {self.path.name}); "
+                                                     "wait for it to finish or choose another output") from None
+            try:  # the previous owner may have removed the file between our open and lock: retry
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        else:
+            raise SpecError("output", str(path), f"cannot take the lock {self.path.name}")
+        self.fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as err:
+            self.release()
+            raise write_error(path, err) from None
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)  # while still held: no one else can hold this file
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+class WriteError(SpecError):
+    """The output cannot be written (full disk, read-only, no permission).
+    `mid_run`: after chunks were written (a resume can continue them)."""
+
+    def __init__(self, path, reason: str, mid_run: bool = False, inside_hdf5: bool = False):
+        self.mid_run = mid_run
+        self.inside_hdf5 = inside_hdf5  # HDF5 itself failed: its state is not safe to clean up
+        super().__init__("output", str(path), reason)
+
+
+def write_error(path, err: BaseException, mid_run: bool = False) -> WriteError | BaseException:
+    """A WriteError for a disk or permission failure; any other error unchanged."""
+    code = getattr(err, "errno", None)
+    text = str(err)
+    if code not in WRITE_ERRORS:  # h5py reports HDF5's errors without errno: read its message
+        code = next((c for c, name in ((errno.ENOSPC, "No space left"), (errno.EROFS, "Read-only file system"),
+                                       (errno.EACCES, "Permission denied"), (errno.EPERM, "Operation not permitted"),
+                                       (errno.EDQUOT, "Disk quota exceeded")) if name in text), None)
+    if code is None:
+        return err
+    where = getattr(err, "filename", None) or path
+    what = f"cannot write {where}: {WRITE_ERRORS[code]}"
+    if mid_run:
+        what += RESUME_HINT
+    return WriteError(path, what, mid_run and code == errno.ENOSPC, inside_hdf5=mid_run)
+
+
+class _writing:
+    """Turns a disk or permission failure into a one-line WriteError."""
+
+    def __init__(self, path, mid_run: bool = False):
+        self.path, self.mid_run = path, mid_run
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if err is None or not isinstance(err, (OSError, RuntimeError)):
+            return False
+        converted = write_error(self.path, err, self.mid_run)
+        if converted is err:
+            return False
+        raise converted from None
+
+
+def check_finite(layout: Layout, chunk, block: dict[str, np.ndarray], sampled: dict[str, np.ndarray]) -> None:
+    """A non-finite output is an error naming the configuration, never a silent NaN."""
+    for name, values in block.items():
+        if values.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(values)
+        if not bad.any():
+            continue
+        where = np.unravel_index(int(np.argmax(bad)), values.shape) if values.ndim else ()
+        point = _configuration(layout, chunk, where, sampled)
+        raise SpecError(name, float(values[where]), f"non-finite output at configuration {point}: its values "
+                                                    "are beyond what the model can represent (float32)")
+
+
+def _configuration(layout: Layout, chunk, where: tuple, sampled: dict) -> str:
+    """`key=value` of every swept or sampled key at one position of a chunk's block."""
+    positions = iter(where)
+    parts = []
+    for dim, b in zip(layout.dims, chunk.box):
+        if isinstance(b, slice):
+            offset = next(positions)
+            index = (b.start or 0) + offset
+        else:
+            offset, index = None, b
+        if dim in layout.coords:
+            parts.append(f"{dim}={_plain(layout.coords[dim][0][index])!r}")
+        else:  # the sampled `config` dimension
+            parts.append(f"{dim}={index}")
+            for name, values in sampled.items():
+                parts.append(f"{name}={_plain(np.asarray(values)[offset if offset is not None else 0])!r}")
+    return ", ".join(parts) or "the single configuration"
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _cube_inputs(path: Path) -> str | None:
+    """The `inputs_sha256` attribute of an existing cube, or None."""
+    try:
+        with h5py.File(path, "r") as f:
+            value = f.attrs.get("inputs_sha256")
+    except (OSError, ValueError):
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _changes(old: dict | None, new: dict) -> str | None:
+    """What differs between two identities, in words, or None."""
+    if not isinstance(old, dict):
+        return "the journal is from an older version"
+    if old.get("code") != new["code"]:
+        return "the program changed"
+    if old.get("scenario") != new["scenario"]:
+        return "the scenario changed"
+    old_files = old.get("files", {})
+    for path, digest in new["files"].items():
+        if old_files.get(path) != digest:
+            return f"the compute.trace file {path} changed"
+    if set(old_files) != set(new["files"]):
+        return "the input files changed"
+    if old.get("chunk") != new["chunk"] or old.get("length") != new["length"]:
+        return f"--chunk changed ({old.get('chunk')} -> {new['chunk']})"
+    if old.get("devices") != new["devices"]:
+        return f"the device count changed ({old.get('devices')} -> {new['devices']})"
+    return None
+
+
+def identity(spec: Spec, chunk_length: int, target: int, devices: int) -> dict:
+    """What a journal must match to be resumed: the resolved scenario, the
+    contents (sha256) of every file the sweep reads, the program, the chunk
+    size and the device count. `inputs` digests the first three: a cube's
+    `inputs_sha256` attribute."""
+    from sweep.layer_trace import file_digest
+
+    scenario = hashlib.sha256(spec.to_toml().encode()).hexdigest()
+    files = {path: file_digest(path) for path in sorted(t for t in spec.values("compute.trace") if t is not None)}
+    code = code_digest()
+    inputs = hashlib.sha256(json.dumps([scenario, files, code]).encode()).hexdigest()
+    return {"inputs": inputs, "scenario": scenario, "files": files, "code": code,
+            "chunk": target, "length": chunk_length, "devices": devices}
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 of the program's sources (sweep and kernels): results of another version never mix."""
+    digest = hashlib.sha256()
+    for package in ("sweep", "kernels"):
+        root = Path(__file__).resolve().parents[1] / package
+        for source in sorted(root.rglob("*.py")):
+            digest.update(str(source.relative_to(root.parent)).encode())
+            digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def estimate_bytes(layout: Layout) -> int:
+    """Uncompressed size of a cube: its variables and coordinates."""
+    size = math.prod(layout.shape)
+    total = sum(np.dtype(dtype).itemsize for dtype, _ in layout.variables.values()) * size
+    n = layout.shape[-1] if layout.sampled else 0
+    total += sum(16 if kind is str else 8 for kind, _ in layout.sampled.values()) * n
+    total += sum(np.asarray(values).nbytes for values, _ in layout.coords.values())
+    return int(total)
 
 
 def _coordinate(f, name, dims, values, attrs, kind=None):
