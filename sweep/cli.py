@@ -274,7 +274,7 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
     from sweep import zoo
     from sweep.evaluate import DEFAULT_CHUNK
     from sweep.plan import Plan
-    from sweep.store import estimate_bytes, make_layout
+    from sweep.store import SPACE_MARGIN, estimate_bytes, make_layout
 
     devices = jax.devices()
     plan = Plan(spec, chunk or DEFAULT_CHUNK, multiple=len(devices))
@@ -287,13 +287,16 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
     seconds = spec.size * layers * iterations * SECONDS_PER_TASK / speed
     line = (f"{spec.size:,} configurations, about {_duration(seconds)} on this machine "
             f"({len(devices)} {devices[0].platform} device(s)), cube up to {_bytes(size_bytes)}")
+    free = shutil.disk_usage(output.resolve().parent).free
+    if free < SPACE_MARGIN:
+        raise SpecError("--output", str(output), f"no space left on the device ({_bytes(free)} free in "
+                                                 f"{output.resolve().parent})")
     if not allow_large:
         if size_bytes > MAX_CUBE_BYTES:
             raise SpecError("scenario", f"{spec.size:,} configurations",
                             f"the cube would take up to {_bytes(size_bytes)} (uncompressed), beyond the "
                             f"{MAX_CUBE_BYTES / 2**30:.0f} GiB limit, and about {_duration(seconds)}; sweep fewer "
                             "configurations or pass --allow-large")
-        free = shutil.disk_usage(output.resolve().parent).free
         if size_bytes > free:
             raise SpecError("--output", str(output), f"the cube needs up to {_bytes(size_bytes)} (uncompressed) "
                                                      f"and {output.resolve().parent} has {_bytes(free)} free; "

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import h5netcdf
@@ -162,6 +163,7 @@ class NetcdfStore:
                 self.completed = self._resume()
                 if self.completed is None:
                     self.completed = set()
+                    self._check_space(0, mid_run=False)
                     self._create()
                 # Chunks are written with h5py itself: its flush reaches the file
                 # (h5netcdf's flush does not write HDF5's caches out).
@@ -196,6 +198,14 @@ class NetcdfStore:
         return done
 
     def _create(self) -> None:
+        try:
+            self._create_files()
+        except BaseException:
+            self.partial.unlink(missing_ok=True)  # nothing to resume: leave no file
+            self.journal.unlink(missing_ok=True)
+            raise
+
+    def _create_files(self) -> None:
         self.journal.unlink(missing_ok=True)
         lay = self.layout
         with h5netcdf.File(self.partial, "w") as f:
@@ -233,7 +243,7 @@ class NetcdfStore:
             self._write_journal()
         interrupt.check()  # a signal stops the sweep here, with this chunk safely journaled
 
-    def _check_space(self, need: int) -> None:
+    def _check_space(self, need: int, mid_run: bool = True) -> None:
         """Stop before HDF5 meets a full disk: a write that fails inside it
         leaves its caches dirty, and HDF5 then crashes the process on exit."""
         try:
@@ -244,7 +254,8 @@ class NetcdfStore:
         need += SPACE_MARGIN
         if free < need:
             raise WriteError(self.path, f"cannot write {self.partial}: no space left on the device ({free:,} bytes "
-                                        f"free, a chunk needs up to {need:,}){RESUME_HINT}", mid_run=True)
+                                        f"free, {'a chunk needs' if mid_run else 'the sweep needs at least'} "
+                                        f"{need:,}){RESUME_HINT if mid_run else ''}", mid_run=mid_run)
 
     def _write_journal(self) -> None:
         tmp = self.journal.with_name(self.journal.name + ".tmp")
@@ -352,8 +363,9 @@ class WriteError(SpecError):
         super().__init__("output", str(path), reason)
 
 
-def write_error(path, err: BaseException, mid_run: bool = False) -> WriteError | BaseException:
-    """A WriteError for a disk or permission failure; any other error unchanged."""
+def write_error(path, err: BaseException, mid_run: bool = False, hdf5: bool = False) -> WriteError | BaseException:
+    """A WriteError for a disk or permission failure; any other error unchanged.
+    `hdf5`: the failure happened inside an HDF5 file (see WriteError.inside_hdf5)."""
     code = getattr(err, "errno", None)
     text = str(err)
     if code not in WRITE_ERRORS:  # h5py reports HDF5's errors without errno: read its message
@@ -366,7 +378,7 @@ def write_error(path, err: BaseException, mid_run: bool = False) -> WriteError |
     what = f"cannot write {where}: {WRITE_ERRORS[code]}"
     if mid_run:
         what += RESUME_HINT
-    return WriteError(path, what, mid_run and code == errno.ENOSPC, inside_hdf5=mid_run)
+    return WriteError(path, what, mid_run and code == errno.ENOSPC, inside_hdf5=hdf5)
 
 
 class _writing:
@@ -376,15 +388,25 @@ class _writing:
         self.path, self.mid_run = path, mid_run
 
     def __enter__(self):
+        # When HDF5 fails, its objects fail again as they are freed while the
+        # error unwinds (h5py prints "Exception ignored in ObjectID.__dealloc__"
+        # with a traceback, through both hooks): the one line says it all.
+        self.hooks = sys.excepthook, sys.unraisablehook
+        sys.excepthook = sys.unraisablehook = _silent
         return self
 
     def __exit__(self, kind, err, tb):
-        if err is None or not isinstance(err, (OSError, RuntimeError)):
+        converted = None
+        if isinstance(err, (OSError, RuntimeError)):
+            converted = write_error(self.path, err, self.mid_run, hdf5=True)
+        if converted is None or converted is err:
+            sys.excepthook, sys.unraisablehook = self.hooks
             return False
-        converted = write_error(self.path, err, self.mid_run)
-        if converted is err:
-            return False
-        raise converted from None
+        raise converted from None  # (the hooks stay silent: HDF5's state is beyond repair)
+
+
+def _silent(*args) -> None:
+    pass
 
 
 def check_finite(layout: Layout, chunk, block: dict[str, np.ndarray], sampled: dict[str, np.ndarray]) -> None:

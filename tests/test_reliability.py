@@ -355,6 +355,34 @@ def test_full_disk_mid_run_exits_1_in_one_line_and_resumes_identically(tmp_path)
         umount(disk)
 
 
+@pytest.mark.slow
+def test_a_full_disk_inside_hdf5_is_one_line_not_a_crash(tmp_path):
+    """The space check before each chunk bypassed: HDF5 itself meets the full
+    disk. Still one line and exit 1 (not a segfault or screens of h5py
+    tracebacks), and the journal resumes."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(GRID.format(bandwidths=[float(x) for x in np.geomspace(1e9, 1e12, 16)],
+                                alphas=[float(x) for x in np.geomspace(1e-7, 1e-2, 64)]))
+    disk = tmp_path / "small"
+    mount_tmpfs(disk, "size=1100k")
+    try:
+        out = disk / "full.nc"
+        args = ["run", str(spec), "-o", str(out), "--chunk", "8192", "--quiet", "--allow-large"]
+        code = ("import sys, sweep.store as s; s.NetcdfStore._check_space = lambda *a, **k: None\n"
+                f"from sweep.cli import main; sys.exit(main({args!r}))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1, done.stderr
+        assert "no space left on the device" in one_line(done.stderr)
+        finished = chunks_done(disk / "full.nc.partial.json")
+        assert finished >= 1
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        done = subprocess.run(CLI + args[:-2], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and f"{finished} chunks already done" in done.stderr, done.stderr
+        xr.testing.assert_identical(open_cube(out), sweep.run(str(spec)))
+    finally:
+        umount(disk)
+
+
 def test_read_only_folders_fail_in_one_line_before_any_work(tmp_path, cli, monkeypatch):
     import sweep.calibrate
 
@@ -365,11 +393,14 @@ def test_read_only_folders_fail_in_one_line_before_any_work(tmp_path, cli, monke
     disk = tmp_path / "ro"
     mount_tmpfs(disk, "ro,size=1m")
     monkeypatch.setattr(sweep.calibrate, "fit", lambda *a, **k: pytest.fail("the fit ran before the check"))
+    cube = tmp_path / "cube.nc"
+    sweep.run(str(spec), cube).close()
     try:
         for args in (["run", spec, "-o", disk / "o.nc"], ["demo", "-o", disk / "d.nc"],
                      ["calibrate", data, "--fit", "inter.alpha", "-o", disk / "f.toml"],
                      ["predict", spec, data, "-o", disk / "p.csv"],
-                     ["explain", spec.with_name("one.toml"), "--trace", disk / "t.json"]):
+                     ["explain", spec.with_name("one.toml"), "--trace", disk / "t.json"],
+                     ["plot", cube, "-o", disk / "p.png"]):
             spec.with_name("one.toml").write_text('model = "alexnet"\nbatch_size = 8\n')
             status, _, err = cli(*args)
             assert status == 2, (args, err)
