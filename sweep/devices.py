@@ -12,6 +12,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from sweep import interrupt
 from sweep.schema import SpecError
 
 
@@ -67,7 +68,8 @@ def _rendezvous(coordinator: str, host: str, port: int, num_processes: int, proc
                                     f"{len(joined)} of {num_processes - 1} other processes joined within "
                                     f"{timeout:g} s (missing: {', '.join(map(str, missing[:8]))}); start them with "
                                     "the same --coordinator, or raise --coordinator-timeout")
-                server.settimeout(left())
+                interrupt.check()  # Ctrl-C while waiting for the others
+                server.settimeout(min(0.5, left()))
                 try:
                     conn, _ = server.accept()
                 except socket.timeout:
@@ -91,6 +93,7 @@ def _rendezvous(coordinator: str, host: str, port: int, num_processes: int, proc
             server.close()
         return
     while True:
+        interrupt.check()
         try:
             conn = socket.create_connection((host, port), timeout=min(5.0, left()))
         except OSError as err:
@@ -102,9 +105,16 @@ def _rendezvous(coordinator: str, host: str, port: int, num_processes: int, proc
             continue
         try:
             conn.sendall(_HELLO + str(process_id).encode() + b"\n")
-            conn.settimeout(left())
-            if conn.recv(16).startswith(b"go"):
-                return
+            while True:  # wait for "go" in short slices, so Ctrl-C is heard
+                interrupt.check()
+                conn.settimeout(min(0.5, left()))
+                try:
+                    if conn.recv(16).startswith(b"go"):
+                        return
+                    break  # closed without "go": process 0 gave up
+                except socket.timeout:
+                    if time.monotonic() >= deadline:
+                        break
         except OSError:
             pass
         finally:

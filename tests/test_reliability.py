@@ -638,3 +638,17 @@ def test_a_device_count_change_starts_over(tmp_path, monkeypatch):
     sweep.run(spec, out, chunk=2, log=messages.append).close()
     assert any(m.startswith("starting over: the device count changed (1 -> 4)") for m in messages), messages
     xr.testing.assert_identical(open_cube(out).drop_attrs(), sweep.run(spec).drop_attrs())
+
+
+def test_ctrl_c_while_waiting_for_the_coordinator_stops_at_once(tmp_path, cli, write_spec):
+    import threading
+
+    spec = write_spec('model = "alexnet"\nbatch_size = 8\n')
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.time()
+    timer.start()
+    status, _, err = cli("run", spec, "-o", tmp_path / "c.nc", "--coordinator", f"127.0.0.1:{closed_port()}",
+                         "--num-processes", "2", "--process-id", "1", "--coordinator-timeout", "60")
+    timer.join()
+    assert status == 130 and "interrupted" in one_line(err)
+    assert time.time() - started < 10
