@@ -10,7 +10,6 @@ between chunks: exit 130 or 143, run the same command again to resume.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import shutil
@@ -156,16 +155,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_output(path: str, key: str = "--output", inputs: dict | None = None, probe: bool = True) -> Path:
+def _check_output(path: str, key: str = "--output", inputs=None, probe: bool = True) -> Path:
     """`path` as a Path, or SpecError before any work: a directory, a missing
-    folder, an input of the command (`inputs`: what -> path; links resolved),
-    or a place where nothing can be written."""
+    folder, an input of the command (`inputs`: what -> path, or (what, path)
+    pairs; links resolved), or a place where nothing can be written."""
     out = Path(path)
     if out.is_dir():
         raise SpecError(key, path, "is a directory")
     if not out.parent.resolve().is_dir():
         raise SpecError(key, path, "its directory does not exist")
-    for what, source in (inputs or {}).items():
+    for what, source in (inputs.items() if isinstance(inputs, dict) else inputs or ()):
         if source is not None and _same_file(out, Path(source)):
             raise SpecError(key, path, f"is the {what} ({source}); an output never replaces an input, "
                                        "choose another file")
@@ -192,8 +191,9 @@ def _probe_writable(out: Path, key: str) -> None:
     try:
         probe.write_bytes(b"")
         probe.unlink()
-        if out.exists() and not os.access(out, os.W_OK):
-            raise PermissionError(errno.EACCES, "permission denied", str(out))
+        if out.exists():  # an immutable file cannot be replaced: setting its times as they are fails
+            st = out.stat()
+            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
     except OSError as err:
         probe.unlink(missing_ok=True) if probe.exists() else None
         converted = write_error(out, err)
@@ -202,12 +202,10 @@ def _probe_writable(out: Path, key: str) -> None:
         raise SpecError(key, str(out), converted.reason) from None
 
 
-def _inputs_of_spec(spec_path: str, spec) -> dict:
-    inputs = {"scenario": spec_path}
-    for trace in spec.values("compute.trace"):
-        if trace is not None:
-            inputs[f"compute.trace file"] = trace
-    return inputs
+def _inputs_of_spec(spec_path: str, spec) -> list[tuple[str, str]]:
+    """(what, path) of every file a scenario reads."""
+    return [("scenario", spec_path)] + [("compute.trace file", t) for t in spec.values("compute.trace")
+                                         if t is not None]
 
 
 def _run(args) -> int:

@@ -216,7 +216,6 @@ def interrupted_run(spec, out, monkeypatch, chunk=6, after=2):
 
 
 def test_a_changed_trace_file_starts_over_and_never_mixes(tmp_path, monkeypatch):
-    from sweep.layer_trace import match_trace  # noqa: F401 (the zoo's alexnet layer names are the ones above)
 
     spec = tmp_path / "spec.toml"
     spec.write_text(TRACE_SPEC)
@@ -652,3 +651,31 @@ def test_ctrl_c_while_waiting_for_the_coordinator_stops_at_once(tmp_path, cli, w
     timer.join()
     assert status == 130 and "interrupted" in one_line(err)
     assert time.time() - started < 10
+
+
+def test_immutable_outputs_and_folders_fail_in_one_line_before_the_fit(tmp_path, cli, monkeypatch):
+    import sweep.calibrate
+
+    folder = tmp_path / "frozen"
+    folder.mkdir()
+    existing = tmp_path / "fit.toml"
+    existing.write_text("[inter]\nalpha = 1e-5\n")
+    for path in (folder, existing):
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"chattr +i is not available here: {done.stderr.strip()}")
+    monkeypatch.setattr(sweep.calibrate, "fit", lambda *a, **k: pytest.fail("the fit ran before the check"))
+    data = tmp_path / "data.csv"
+    data.write_text("nodes,message_bytes,allreduce_time\n2,1000,1e-5\n2,100000,5e-5\n")
+    spec = tmp_path / "s.toml"
+    spec.write_text('model = "alexnet"\nbatch_size = [8, 16]\n')
+    try:
+        for args in (["calibrate", data, "--fit", "inter.alpha", "-o", existing],
+                     ["calibrate", data, "--fit", "inter.alpha", "-o", folder / "f.toml"],
+                     ["run", spec, "-o", folder / "o.nc"]):
+            status, _, err = cli(*args)
+            assert status == 2, (args, err)
+            assert "operation not permitted" in one_line(err), err
+    finally:
+        subprocess.run(["chattr", "-i", str(folder), str(existing)], capture_output=True)
+    assert existing.read_text() == "[inter]\nalpha = 1e-5\n"
