@@ -154,8 +154,7 @@ class NetcdfStore:
         self.file = None
         self.lock = lock or OutputLock(self.path)  # refuses a second writer; raises SpecError
         try:
-            self.existed = self.path.exists()
-            self.already_complete = self.existed and _cube_inputs(self.path) == identity["inputs"]
+            self.already_complete = self.path.exists() and _cube_inputs(self.path) == identity["inputs"]
             if self.already_complete:
                 self.completed = set()
                 return

@@ -170,6 +170,21 @@ def test_a_second_run_on_the_same_output_is_refused_naming_the_first(tmp_path, c
     assert not (tmp_path / "busy.nc.lock").exists()
 
 
+@pytest.mark.slow
+def test_two_runs_started_together_leave_one_valid_cube(tmp_path, write_spec):
+    spec = write_spec(SAMPLED.format(model="alexnet", n=20_000))
+    out = tmp_path / "both.nc"
+    cmd = CLI + ["run", str(spec), "-o", str(out), "--chunk", "1024", "--quiet"]
+    procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = sorted((p.wait(timeout=300), p.stderr.read()) for p in procs)
+    if results[1][0] == 2:  # they overlapped: one refused, naming the other
+        assert results[0][0] == 0 and "in use by another run" in one_line(results[1][1])
+    else:  # one finished before the other looked: it found the cube complete
+        assert [r[0] for r in results] == [0, 0]
+        assert any("already complete" in r[1] for r in results)
+    xr.testing.assert_identical(open_cube(out), sweep.run(str(spec)))
+
+
 def test_a_held_lock_refuses_before_touching_anything(tmp_path, cli, write_spec):
     out = tmp_path / "o.nc"
     lock = OutputLock(out)
