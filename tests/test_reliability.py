@@ -347,8 +347,9 @@ outputs = ["iteration_time", "scaling_efficiency", "bottleneck"]
 
 def test_full_disk_mid_run_exits_1_in_one_line_and_resumes_identically(tmp_path):
     spec = tmp_path / "spec.toml"
-    spec.write_text(GRID.format(bandwidths=[float(x) for x in np.geomspace(1e9, 1e12, 16)],
-                                alphas=[float(x) for x in np.geomspace(1e-7, 1e-2, 64)]))  # 524,288 configurations
+    text = GRID.format(bandwidths=[float(x) for x in np.geomspace(1e9, 1e12, 16)],
+                       alphas=[float(x) for x in np.geomspace(1e-7, 1e-2, 16)])  # 131,072 configurations
+    spec.write_text(text.replace('outputs = ["iteration_time", "scaling_efficiency", "bottleneck"]\n', ""))
     disk = tmp_path / "small"
     mount_tmpfs(disk, "size=2m")
     try:
