@@ -284,6 +284,18 @@ def test_run_refuses_its_scenario_a_link_to_it_and_its_trace_as_output(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["layers.csv", "link.nc", "spec.toml"]
 
 
+def test_explain_refuses_its_chrome_trace_as_the_trace_it_writes(tmp_path, cli):
+    events = [{"name": name, "ph": "X", "ts": float(i), "dur": 100.0} for i, name in enumerate(ALEXNET)]
+    trace = tmp_path / "measured.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    spec = tmp_path / "s.toml"
+    spec.write_text('model = "alexnet"\nbatch_size = 8\ncompute.trace = "measured.json"\n')
+    before = trace.read_text()
+    status, _, err = cli("explain", spec, "--trace", trace)
+    assert status == 2 and "is the compute.trace file" in one_line(err)
+    assert trace.read_text() == before
+
+
 def test_calibrate_and_predict_refuse_their_inputs_as_output(tmp_path, cli, monkeypatch):
     import sweep.calibrate
 
