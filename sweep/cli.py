@@ -189,13 +189,18 @@ def _probe_writable(out: Path, key: str) -> None:
 
     probe = out.with_name(f".{out.name}.{os.getpid()}.probe")
     try:
-        probe.write_bytes(b"")
-        probe.unlink()
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            err.filename = f"in {out.parent}"  # (name the folder, not the probe)
+            raise
         if out.exists():  # an immutable file cannot be replaced: setting its times as they are fails
             st = out.stat()
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
     except OSError as err:
-        probe.unlink(missing_ok=True) if probe.exists() else None
+        if probe.exists():
+            probe.unlink()
         converted = write_error(out, err)
         if converted is err:
             raise
@@ -355,8 +360,8 @@ def _explain(args) -> int:
 def _plot(args) -> int:
     from sweep.quicklook import plot_cube
 
-    if args.output:
-        _check_output(args.output, "-o", {"cube": args.cube})
+    # The figure goes next to the cube unless -o says otherwise: check that place before drawing.
+    _check_output(args.output or str(Path(args.cube).with_suffix(".png")), "-o", {"cube": args.cube})
 
     written, notes = plot_cube(args.cube, args.output, args.var)
     for note in notes:
