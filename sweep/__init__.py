@@ -76,7 +76,8 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
 
 
 class _Progress:
-    """The progress bar (if any), and a check for a stop request after every chunk."""
+    """The progress bar (if any), and a check for a stop request after every
+    chunk, once it is written and journaled (on every process of a cluster)."""
 
     def __init__(self, bar):
         self.bar = bar
@@ -86,7 +87,7 @@ class _Progress:
 
         if self.bar is not None:
             self.bar.update(n)
-        interrupt.check()
+        interrupt.check_all()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -214,10 +214,10 @@ def _inputs_of_spec(spec_path: str, spec) -> list[tuple[str, str]]:
 
 
 def _run(args) -> int:
-    from sweep.interrupt import check, deferred_signals
+    from sweep.interrupt import check_all, deferred_signals
 
     with deferred_signals():  # Ctrl-C and SIGTERM stop between chunks (sweep.interrupt)
-        return _run_sweep(args, check)
+        return _run_sweep(args, check_all)
 
 
 def _run_sweep(args, check) -> int:

@@ -4,9 +4,10 @@ A Python exception raised from inside a signal handler can land anywhere: in
 an h5py call half-way through a write, in a JAX callback (where it is
 "ignored" and the sweep runs on), or during interpreter shutdown (a crash).
 So while a sweep runs, the handlers only record the signal, and the sweep
-checks the record between chunks (`check`), after the chunk in hand is
+checks the record between chunks (`check_all`), after the chunk in hand is
 written and journaled: it then raises `Interrupted`, the store closes its
-file, and the command exits 130 (SIGINT) or 143 (SIGTERM).
+file, and the command exits 130 (SIGINT) or 143 (SIGTERM). In a cluster the
+processes agree after every chunk, so a signal to any of them stops all.
 """
 from __future__ import annotations
 
@@ -40,6 +41,22 @@ def check() -> None:
     """Raise Interrupted if a stop was requested (call between chunks only)."""
     if _received:
         raise Interrupted(_received[0])
+
+
+def check_all() -> None:
+    """`check` for every process of a cluster at once: all stop if any was
+    signalled (a collective: every process calls it at the same point)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return check()
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    flags = multihost_utils.process_allgather(np.array([_received[0] if _received else 0], np.int32))
+    first = int(np.max(flags))
+    if first:
+        raise Interrupted(first)
 
 
 @contextlib.contextmanager

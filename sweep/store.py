@@ -33,7 +33,6 @@ from kernels.codes import BOTTLENECKS
 from sweep.cube import OUTPUT_ATTRS
 from sweep.sensitivity import is_sensitivity, key_of, variable_name
 from sweep.sensitivity import units as sensitivity_units
-from sweep import interrupt
 from sweep.schema import KEYS, SpecError
 from sweep.spec import Spec
 
@@ -103,7 +102,6 @@ class MemoryStore:
             self.arrays[name][chunk.box] = values
         for name, values in sampled.items():
             self.sampled[name][chunk.box[-1]] = values
-        interrupt.check()
 
     def finish(self) -> xr.Dataset:
         lay = self.layout
@@ -125,7 +123,7 @@ class NullStore:
     already_complete = False
 
     def write(self, chunk, block, sampled) -> None:
-        interrupt.check()
+        pass
 
     def abort(self) -> None:
         pass
@@ -240,7 +238,6 @@ class NetcdfStore:
             self.file.flush()
             self.completed.add(chunk.id)
             self._write_journal()
-        interrupt.check()  # a signal stops the sweep here, with this chunk safely journaled
 
     def _check_space(self, need: int, mid_run: bool = True) -> None:
         """Stop before HDF5 meets a full disk: a write that fails inside it

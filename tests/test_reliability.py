@@ -566,6 +566,34 @@ def test_an_unreachable_coordinator_times_out_in_one_line(rank, tmp_path, cli, w
     assert list(tmp_path.glob("c.nc*")) == []
 
 
+@pytest.mark.slow
+def test_a_signal_to_one_process_of_a_cluster_stops_all_and_resumes(tmp_path, write_spec):
+    spec = write_spec(SAMPLED.format(model="alexnet", n=400_000))
+    out = tmp_path / "cluster.nc"
+    journal = tmp_path / "cluster.nc.partial.json"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+    def start(port):
+        return [subprocess.Popen(CLI + ["run", str(spec), "-o", str(out), "--chunk", "4096", "--quiet",
+                                        "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                        "--process-id", str(rank)],
+                                 env=env, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+
+    procs = start(closed_port())
+    wait_for(lambda: chunks_done(journal) >= 2, procs[0])
+    procs[1].send_signal(signal.SIGINT)  # the process that does not write
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert one_line(err) == "ssgd-sweep: interrupted; run the same command again to resume"
+    assert not out.exists() and chunks_done(journal) >= 2
+    procs = start(closed_port())
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    xr.testing.assert_identical(open_cube(out).drop_attrs(), sweep.run(str(spec)).drop_attrs())
+
+
 # --------------------------------------------------------------------- smaller cases
 
 def test_version(capsys):
