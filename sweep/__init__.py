@@ -46,7 +46,7 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
     elif devices.leader:
         store = NetcdfStore(output, layout, ident, log, lock)
     else:
-        store = NullStore()
+        store = NullStore(layout)
     if devices.agree(np.array([store.already_complete]))[0]:  # process 0 decides for all
         store.finish()
         log(f"{output} is already complete for this scenario and these inputs: nothing to do")
