@@ -77,6 +77,13 @@ class Options:
     seed: int = 0
     temperature: tuple[float, float] = (3e-2, 3e-4)  # smooth max, fraction of each row's iteration time
     width: tuple[float, float] = (2.0, 0.002)  # protocol switches, ln bytes
+    # Gaussian priors around the start (base or catalog values) as regularisation:
+    # `prior` is the residual scale assumed when weighing them against the data
+    # (0: no priors), `prior_width` their 1-sigma in ln units (a factor e**w) for
+    # log-space keys and in linear units for exponents. Switches have none.
+    prior: float = 0.05
+    prior_width: float = math.log(10.0)
+    prior_width_linear: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +233,22 @@ def _row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
         for table in LINK_TABLES:
             p.update(link_extension(table, p[f"{table}_alpha"], p[f"{table}_bandwidth"],
                                     lambda field, fallback: fallback, 1))
+    for table in LINK_TABLES:  # the wire's bounds hold in every fit and prediction
+        p[f"{table}_line_rate"] = np.array([line_rate(point, table)], np.float64)
     return p
+
+
+def line_rate(point: dict, table: str) -> float:
+    """A link's line rate [bytes/s]: `{table}.line_rate` when given, else the
+    catalog entry's, raised to any bandwidth the scenario gives for the link
+    (a user who writes a faster bandwidth means a faster link)."""
+    from sweep import catalog
+
+    if f"{table}.line_rate" in point:
+        return float(point[f"{table}.line_rate"])
+    rate = catalog.LINKS[point.get(f"{table}.name", KEYS[f"{table}.name"].default)].line_rate
+    given = [point[f"{table}.{f}"] for f in ("bandwidth", "large_bandwidth", "chunk_bandwidth") if f"{table}.{f}" in point]
+    return float(max([rate, *given]))
 
 
 def _structure(point: dict) -> tuple:
@@ -427,6 +449,31 @@ class FitResult:
     predicted: np.ndarray  # [observations] with the hard model
     measured: np.ndarray
     targets: tuple[str, ...]  # per observation
+    covariance: np.ndarray | None = None  # [k, k] of the fit-space coordinates (switches: 0)
+    residual_scale: float = 0.0  # s: rms of the log residuals, N - k degrees of freedom
+    at_bound: dict = dataclasses.field(default_factory=dict)  # key -> which bound, and why
+    line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
+
+
+BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
+
+
+def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(lower, upper) of each fitted key in fit space, and why each finite one
+    is there. A link's bandwidths stay at or below its line rate (the lowest
+    over the rows: the keys are shared); `bandwidth_exponent` >= 0, so that
+    bandwidth never grows with the number of processes."""
+    lower, upper, why = np.full(len(fitted), -np.inf), np.full(len(fitted), np.inf), {}
+    for i, key in enumerate(fitted):
+        table, _, field = key.partition(".")
+        if table in LINK_TABLES and field in BANDWIDTHS:
+            rate = min(float(np.min(g.params[f"{table}_line_rate"])) for g in groups)
+            upper[i] = math.log(rate)
+            why[key] = ("upper", f"line rate {rate:.4g} bytes/s")
+        elif table in LINK_TABLES and field == "bandwidth_exponent":
+            lower[i] = 0.0
+            why[key] = ("lower", "bandwidth may not grow with processes")
+    return lower, upper, why
 
 
 def starting_values(fitted: list[str], groups: list[Group], options: Options) -> np.ndarray:
@@ -466,7 +513,8 @@ def starting_values(fitted: list[str], groups: list[Group], options: Options) ->
         for j, i in enumerate(switches):
             starts[:, i] = np.log([c[j] for c in combos])
             jitter[:, i] = 0.0
-    return starts + jitter
+    lower, upper, _ = fit_bounds(fitted, groups)
+    return np.clip(starts + jitter, lower, upper)
 
 
 def jump_candidates(groups: list[Group]) -> dict[str, list[float]]:
@@ -522,6 +570,15 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         measured = jnp.asarray(model.measured)
         needs_smooth = any(g.dag is not None for g in groups)
         starts = jnp.asarray(starting_values(fitted, groups, options))
+        lower, upper, why = fit_bounds(fitted, groups)
+        lo, hi = jnp.asarray(lower), jnp.asarray(upper)
+        # Priors around the first start (base or catalog values), none on switches.
+        switch_index = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES]
+        prior_mask = np.array([i not in switch_index for i in range(len(fitted))]) & (options.prior > 0)
+        prior_width = np.where(np.array(spaces) == "log", options.prior_width, options.prior_width_linear)
+        prior_center = jnp.asarray(starts[0])
+        prior_weight = options.prior ** 2 / max(1, len(observations))
+        prior_scale = jnp.asarray(np.where(prior_mask, 1.0 / prior_width, 0.0))
         # Adam, annealing the smooth max and the switch width, then a polish
         # with hard switches: a smooth switch may rest on a data point, half in
         # each regime, which the hard model never is.
@@ -536,9 +593,12 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
             [options.steps])
         optimizer = optax.adam(schedule)
 
+        def prior(theta):
+            return prior_weight * jnp.sum(((theta - prior_center) * prior_scale) ** 2)
+
         def loss(theta, temperature, width):
             pred = model.predict(theta, temperature if needs_smooth else None, width)
-            return loss_terms(pred, measured, options.tail)
+            return loss_terms(pred, measured, options.tail) + prior(theta)
 
         def run(theta):
             state = optimizer.init(theta)
@@ -549,7 +609,8 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
                 value, grad = jax.value_and_grad(loss)(theta, temperature, width)
                 grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
                 updates, state = optimizer.update(grad, state, theta)
-                return (optax.apply_updates(theta, updates), state), value
+                # Projected Adam: the physical bounds hold at every step.
+                return (jnp.clip(optax.apply_updates(theta, updates), lo, hi), state), value
 
             (theta, _), history = jax.lax.scan(step, (theta, state), (jnp.asarray(temps), jnp.asarray(widths)))
             return theta, history
@@ -558,12 +619,12 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         # Score every start with the hard model (hard max, hard switches), as sweeps evaluate it.
         predictions = np.asarray(jax.jit(jax.vmap(model.predict))(final))
         with np.errstate(all="ignore"):
-            hard = np.array([float(loss_terms(q, model.measured, options.tail, np)) for q in predictions])
+            hard = np.array([float(loss_terms(q, model.measured, options.tail, np) + prior(t))
+                             for q, t in zip(predictions, final)])
         hard = np.where(np.isfinite(hard), hard, np.inf)
         best = int(np.argmin(hard))
         theta = final[best]
         pred = predictions[best]
-        switch_index = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES]
         theta, switch_sigma = snap_switches(jax.jit(model.predict), theta, pred, switch_index)
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
@@ -572,8 +633,18 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)
-    sigma = gauss_newton_sigma(jac, r)
+    scale = float(np.sqrt(r @ r / max(1, len(r) - len(fitted))))
+    if prior_mask.any():
+        covariance = posterior_covariance(jac, r, np.where(prior_mask, 1.0 / prior_width ** 2, 0.0), switch_index)
+        sigma = np.sqrt(np.diag(covariance))
+    else:
+        sigma = gauss_newton_sigma(jac, r)
+        covariance = np.diag(np.where(np.isfinite(sigma), sigma, np.inf) ** 2)
+        covariance[switch_index, switch_index] = 0.0
     sigma[switch_index] = switch_sigma
+    theta_host = np.asarray(theta)
+    at_bound = {k: f"{why[k][0]}: {why[k][1]}" for i, k in enumerate(fitted) if k in why
+                and abs(theta_host[i] - (upper[i] if why[k][0] == "upper" else lower[i])) < 1e-6}
     rel = np.abs(pred / model.measured - 1.0)
     keys = tuple(fitted)
     start_values = np.where(np.array(spaces) == "log", np.exp(np.asarray(starts[best])), np.asarray(starts[best]))
@@ -592,7 +663,35 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         predicted=pred,
         measured=model.measured.copy(),
         targets=tuple(t for _, t in observations),
+        covariance=covariance,
+        residual_scale=scale,
+        at_bound=at_bound,
+        line_rates=line_rates_of(groups, fitted),
     )
+
+
+def line_rates_of(groups: list[Group], fitted: list[str]) -> dict:
+    """`{table}.line_rate` of each link table with a fitted key (the bound the
+    fit used, so that predictions apply the same one)."""
+    tables = {k.split(".", 1)[0] for k in fitted if k.split(".", 1)[0] in LINK_TABLES}
+    return {f"{t}.line_rate": min(float(np.min(g.params[f"{t}_line_rate"])) for g in groups) for t in sorted(tables)}
+
+
+def posterior_covariance(jac: np.ndarray, residual: np.ndarray, prior_precision: np.ndarray,
+                         fixed: list[int]) -> np.ndarray:
+    """Covariance of the fitted coordinates (fit space) from the log residuals
+    and the priors: (J^T J / s^2 + diag(prior_precision))^-1, s^2 =
+    |r|^2 / (N - k); `fixed` coordinates (hard switches) are left out (0)."""
+    count, k = jac.shape
+    s2 = max(float(residual @ residual) / max(1, count - k), 1e-12)
+    free = np.array([i for i in range(k) if i not in fixed], int)
+    out = np.zeros((k, k))
+    if free.size:
+        h = jac[:, free].T @ jac[:, free] / s2 + np.diag(prior_precision[free])
+        w, v = np.linalg.eigh(h)
+        w = np.maximum(w, max(float(w.max(initial=0.0)), 1e-300) * 1e-14)
+        out[np.ix_(free, free)] = (v / w) @ v.T
+    return out
 
 
 def snap_switches(predict, theta, pred, index: list[int], reach: float = math.log(1e3), steps: int = 40):
@@ -643,8 +742,18 @@ def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return np.where(unidentified, np.inf, np.sqrt(variance))
 
 
-def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarray]:
-    """Per target, the prediction of every row (NaN where the row cannot have one)."""
+def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | None = None,
+                 level: float = 0.9) -> dict[str, np.ndarray]:
+    """Per target, the prediction of every row (NaN where the row cannot have one).
+
+    With `uncertainty` (the [fit] table of a FIT.toml: `fitted`, `covariance`,
+    `residual_scale`, `degrees_of_freedom`) also `<target>_low` and
+    `<target>_high`: a `level` prediction interval in log space,
+        log(pred) +- t_{dof}((1 + level) / 2) * sqrt(g C g^T + s^2),
+    g the gradient of log(pred) in the fitted coordinates, C their
+    covariance (parameter uncertainty), s the rms log residual of the fit
+    (what the model does not explain). Rows that set a fitted key themselves
+    get the parameter part without that key."""
     import jax
 
     out = {t: np.full(len(rows), np.nan) for t in targets}
@@ -657,12 +766,34 @@ def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarra
             elif t != "allreduce_time" and "model" in row.point and "batch_size" in row.point:
                 wanted[t] = None
         asked.append(dataclasses.replace(row, targets=wanted, line=i))
+    fitted, covariance = [], np.zeros((0, 0))
+    if uncertainty is not None and uncertainty.get("covariance") is not None:
+        names = list(uncertainty["fitted"])
+        keep = [j for j, k in enumerate(names) if k in FITTABLE and all(k in r.point for r in rows)
+                and not any(k in r.given for r in rows)]
+        fitted = [names[j] for j in keep]
+        covariance = np.asarray(uncertainty["covariance"], np.float64)[np.ix_(keep, keep)]
     with jax.enable_x64(True):
-        groups, observations = build_groups(asked, [], predict=True)
-        model = Model(groups, [], len(observations))
-        pred = np.asarray(jax.jit(model.predict)(jax.numpy.zeros(0)))
-    for (row, target), value in zip(observations, pred):
+        groups, observations = build_groups(asked, fitted, predict=True)
+        model = Model(groups, [FITTABLE[k][1] for k in fitted], len(observations))
+        theta = np.array([math.log(rows[0].point[k]) if FITTABLE[k][1] == "log" else rows[0].point[k]
+                          for k in fitted], np.float64)
+        pred = np.asarray(jax.jit(model.predict)(jax.numpy.asarray(theta)))
+        if uncertainty is not None:
+            from scipy import stats
+
+            grad = (np.asarray(jax.jit(jax.jacfwd(lambda t: jax.numpy.log(model.predict(t))))(theta))
+                    if fitted else np.zeros((len(observations), 0)))
+            variance = np.einsum("ij,jk,ik->i", grad, covariance, grad) + float(uncertainty["residual_scale"]) ** 2
+            z = stats.t.ppf(0.5 + level / 2, int(uncertainty.get("degrees_of_freedom", 1)))
+            spread = np.exp(z * np.sqrt(np.maximum(variance, 0.0)))
+            for t in targets:
+                out[f"{t}_low"], out[f"{t}_high"] = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    for j, ((row, target), value) in enumerate(zip(observations, pred)):
         out[target][row.line] = value
+        if uncertainty is not None:
+            out[f"{target}_low"][row.line] = value / spread[j]
+            out[f"{target}_high"][row.line] = value * spread[j]
     return out
 
 
@@ -672,7 +803,7 @@ def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarra
 def fit_document(base: dict, result: FitResult, data: str) -> dict:
     """FIT.toml as a nested mapping: the base scenario, the fitted values in
     their tables, and a [fit] table of metadata."""
-    values = {**base, **result.values}
+    values = {**result.line_rates, **base, **result.values}
     doc: dict = {}
     for key, value in values.items():
         _put(doc, key, value)
@@ -686,10 +817,20 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "max_relative_error": result.max_relative_error,
         "loss": result.loss,
         "starts": result.starts,
+        # Prediction intervals (sweep.predict): log-space covariance of the
+        # fitted coordinates (log of log-space keys, exponents as they are)
+        # in the order of `fitted`, and the rms log residual.
+        "residual_scale": result.residual_scale,
+        "degrees_of_freedom": max(1, result.observations - len(result.keys)),
+        "at_bound": {},
         "uncertainty": {},
         "relative_uncertainty": {},
         "start": {},
     }
+    if result.covariance is not None:
+        fit_table["covariance"] = [[float(x) for x in row] for row in result.covariance]
+    for key, why in result.at_bound.items():
+        _put(fit_table["at_bound"], key, why)
     for key in result.keys:
         _put(fit_table["uncertainty"], key, result.uncertainty[key])
         _put(fit_table["start"], key, result.start[key])
@@ -749,5 +890,52 @@ def summary(result: FitResult) -> str:
     for key in result.keys:
         rel = result.relative_uncertainty.get(key)
         spread = f"+- {100 * rel:.1f} %" if rel is not None else f"+- {result.uncertainty[key]:.3g}"
-        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}")
+        bound = f"  (at {result.at_bound[key]})" if key in result.at_bound else ""
+        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- physics checks
+
+BOUND_SHAPES = ((1, 2), (1, 4), (1, 8), (2, 1), (2, 4), (4, 1), (4, 4), (8, 1), (8, 4), (16, 8), (64, 1))
+BOUND_MESSAGES = np.geomspace(1.0, 1e10, 41)
+
+
+def wire_bound_violations(rows: list[Row], result: FitResult, shapes=BOUND_SHAPES,
+                          messages=BOUND_MESSAGES) -> list[str]:
+    """Where the fitted links predict an all-reduce faster than the wire
+    allows (`kernels.collectives.wire_lower_bound`), for every row's scenario
+    with the fitted values, every algorithm (ps pipelined or not) and a range
+    of cluster shapes and sizes: one line per case, empty when none."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernels.codes import ALGORITHMS
+    from kernels.collectives import allreduce_time, collective_cost, wire_lower_bound
+
+    points = {}
+    for row in rows:
+        point = {**row.point, **result.values, **{k: v for k, v in result.line_rates.items()
+                                                  if k not in row.point}}
+        points.setdefault(repr(sorted((k, str(v)) for k, v in point.items()
+                                      if k.split(".")[0] in LINK_TABLES)), point)
+    found = []
+    with jax.enable_x64(True):
+        for point in points.values():
+            for algorithm in ALGORITHMS:
+                for pipelined in (False, True) if algorithm == "ps" else (False,):
+                    for n, g in shapes:
+                        q = {**point, "nodes": n, "gpus_per_node": g, "algorithm": algorithm}
+                        q.pop("ps.servers", None)
+                        if pipelined:
+                            q["ps.pipelined"] = True
+                        p = {k: jnp.asarray(v) for k, v in _row_params(q, True).items()}
+                        m = jnp.asarray(messages)[:, None]
+                        time = np.asarray(allreduce_time(m, *collective_cost(p)))[:, 0]
+                        bound = np.asarray(wire_lower_bound(p, m))[:, 0]
+                        bad = time < bound * (1 - 1e-9)
+                        if bad.any():
+                            i = int(np.argmax(bad))
+                            found.append(f"{algorithm}{' pipelined' if pipelined else ''} n={n} g={g} "
+                                         f"M={messages[i]:.3g}: {time[i]:.4g} s < wire bound {bound[i]:.4g} s")
+    return found
