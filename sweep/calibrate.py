@@ -119,8 +119,10 @@ def read_base(path: str | os.PathLike | None) -> dict:
     return base
 
 
-def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> tuple[list[str], list[Row]]:
-    """(header, rows) of a calibrate or predict CSV, every cell validated."""
+def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True,
+              labels: Sequence[str] = ()) -> tuple[list[str], list[Row]]:
+    """(header, rows) of a calibrate or predict CSV, every cell validated.
+    Columns named in `labels` are free text (kept in `cells`, not keys)."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             table = list(csv.reader(handle))
@@ -132,7 +134,7 @@ def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> 
     header = [h.strip() for h in table[0]]
     keys: dict[str, str] = {}
     for column in header:
-        if column in TARGETS or column == MESSAGE:
+        if column in TARGETS or column == MESSAGE or column in labels:
             key = column
         else:
             key = canonical(column)
@@ -153,6 +155,8 @@ def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> 
         point, given, targets, message = dict(base), set(), {}, None
         for column, cell in zip(header, cells):
             cell, key = cell.strip(), keys[column]
+            if key in labels:
+                continue
             if key in TARGETS:
                 targets[key] = _number(column, cell, line, positive=True) if cell else None
             elif key == MESSAGE:
