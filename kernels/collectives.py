@@ -68,6 +68,12 @@ from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat defaul
 
 LINK_FIELDS = ("alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth", "chunk_bytes",
                "chunk_alpha", "chunk_bandwidth", "alpha_exponent", "large_alpha_exponent", "bandwidth_exponent")
+# Optional per-link fields read only when present in `p` (`{table}_{field}`):
+#   overhead [s]: software cost of one all-reduce call, once per collective
+#   whatever the process count (framework and launch: Horovod/PyTorch, NCCL
+#   kernel launch, the TCP stack's per-call work); the flat link's on one
+#   level, the inter link's whenever the collective spans nodes.
+EXTRA_LINK_FIELDS = ("overhead",)
 
 
 class Steps(NamedTuple):
@@ -216,6 +222,8 @@ def collective_cost(p) -> CollectiveCost:
     b = (on_b * b[0], on_b * b[1], tuple((brk, on_b * lat, on_b * byte) for brk, lat, byte in b[2]))
 
     latency = a[0] + b[0]
+    if "inter_overhead" in p or "intra_overhead" in p:
+        latency = latency + jnp.where(multi_node, p.get("inter_overhead", 0.0), p.get("intra_overhead", 0.0))
     per_byte = a[1] + b[1]
     breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
     step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]

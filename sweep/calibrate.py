@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.collectives import LINK_FIELDS
+from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FIELDS
 from sweep import zoo
 from sweep.schema import KEYS, STRUCTURAL, SpecError, canonical, check_value
 
@@ -51,7 +51,7 @@ LINK_TABLES = ("intra", "inter")
 # Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
 FITTABLE: dict[str, tuple[str, str]] = {
     **{f"{t}.{f}": (f"{t}_{f}", "linear" if f.endswith("exponent") else "log")
-       for t in LINK_TABLES for f in LINK_FIELDS},
+       for t in LINK_TABLES for f in LINK_FIELDS + EXTRA_LINK_FIELDS},
     "h2d.alpha": ("h2d_alpha", "log"), "h2d.bandwidth": ("h2d_bandwidth", "log"),
     "gpu.peak_flops": ("peak_flops", "log"), "gpu.memory_bandwidth": ("memory_bandwidth", "log"),
     "compute.b_half": ("b_half", "log"), "compute.bwd_ratio": ("bwd_ratio", "log"),
@@ -239,7 +239,13 @@ def _row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
                                     lambda field, fallback: fallback, 1))
     for table in LINK_TABLES:  # the wire's bounds hold in every fit and prediction
         p[f"{table}_line_rate"] = np.array([line_rate(point, table)], np.float64)
+        for field in EXTRA_LINK_FIELDS:  # (0: none) present, so that a fit can set them
+            p[f"{table}_{field}"] = np.array([float(point.get(f"{table}.{field}", 0.0))], np.float64)
     return p
+
+
+# Starting values of fittable keys whose unset value (0) cannot start a log-space fit.
+UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5}
 
 
 def line_rate(point: dict, table: str) -> float:
@@ -457,6 +463,7 @@ class FitResult:
     residual_scale: float = 0.0  # s: rms of the log residuals, N - k degrees of freedom
     at_bound: dict = dataclasses.field(default_factory=dict)  # key -> which bound, and why
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
+    excluded: tuple = ()  # anomalous rows left out of the fit, one line each
 
 
 BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
@@ -489,7 +496,8 @@ def starting_values(fitted: list[str], groups: list[Group], options: Options) ->
     by default, start spread over the message sizes in the data."""
     rng = np.random.default_rng(options.seed)
     first = groups[0]  # rows carry the base scenario, so its values are here
-    center = np.array([first.params[FITTABLE[k][0]][0] for k in fitted], np.float64)
+    center = np.array([first.params[FITTABLE[k][0]][0] or UNSET_START.get(FITTABLE[k][0], 0.0) for k in fitted],
+                      np.float64)
     space = np.array([FITTABLE[k][1] for k in fitted])
     switches = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES and not np.isfinite(center[i])]
     center[switches] = 1.0
@@ -827,6 +835,7 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "residual_scale": result.residual_scale,
         "degrees_of_freedom": max(1, result.observations - len(result.keys)),
         "at_bound": {},
+        "excluded": list(result.excluded),
         "uncertainty": {},
         "relative_uncertainty": {},
         "start": {},
@@ -867,10 +876,34 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def load_rows(data: str | os.PathLike, base: dict, labels: Sequence[str] = (), need_target: bool = True,
+              fmt: str | None = None) -> tuple[list[str], list[Row], list]:
+    """(header, rows, anomalies left out) of a calibrate CSV or of benchmark
+    output (nccl-tests, OSU: `sweep.measurements`, detected or `fmt`)."""
+    from sweep.measurements import detect, read_measurements
+
+    fmt = fmt or detect(data)
+    if fmt == "csv":
+        header, rows = read_rows(data, base, need_target, labels)
+        return header, rows, []
+    measured, odd, _ = read_measurements(data, base, fmt)
+    header = ["nodes", "gpus_per_node", MESSAGE, "allreduce_time"]
+    rows = []
+    for m in measured:
+        point = {**base, "nodes": m["nodes"], "gpus_per_node": m["gpus_per_node"]}
+        cells = {"nodes": str(m["nodes"]), "gpus_per_node": str(m["gpus_per_node"]),
+                 MESSAGE: repr(m[MESSAGE]), "allreduce_time": repr(m["allreduce_time"])}
+        rows.append(Row(m["line"], point, frozenset(), {"allreduce_time": m["allreduce_time"]}, m[MESSAGE], cells))
+    return header, rows, odd
+
+
 def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
-              options: Options = Options(), label: str | None = None) -> tuple[FitResult, dict]:
+              options: Options = Options(), label: str | None = None,
+              fmt: str | None = None) -> tuple[FitResult, dict]:
     """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
-    `label` describes the data in [fit] (default: its path)."""
+    `label` describes the data in [fit] (default: its path). Benchmark output
+    (nccl-tests, OSU) is read directly; its anomalous rows are left out and
+    listed in the result and in [fit] `excluded`."""
     import tomli_w
 
     fitted = expand_fit(fit_keys)
@@ -878,8 +911,9 @@ def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, 
     for key in fitted:
         if key in base and FITTABLE[key][1] == "log" and base[key] <= 0:
             raise SpecError(key, base[key], "a fitted key must start > 0")
-    _, rows = read_rows(data, {k: v for k, v in base.items()})
+    _, rows, odd = load_rows(data, {k: v for k, v in base.items()}, fmt=fmt)
     result = fit(rows, fitted, base, options)
+    result = dataclasses.replace(result, excluded=tuple(f"line {a.line}: {a.reason}" for a in odd))
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label or str(data))
     if output is not None:
         write_atomic(output, tomli_w.dumps(doc))
@@ -896,6 +930,9 @@ def summary(result: FitResult) -> str:
         spread = f"+- {100 * rel:.1f} %" if rel is not None else f"+- {result.uncertainty[key]:.3g}"
         bound = f"  (at {result.at_bound[key]})" if key in result.at_bound else ""
         lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}")
+    if result.excluded:
+        lines.append(f"left out of the fit as anomalous ({len(result.excluded)}):")
+        lines += [f"  {line}" for line in result.excluded]
     return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from sweep.calibrate import MESSAGE, TARGETS, predict_rows, read_base, read_rows, write_atomic
+from sweep.calibrate import MESSAGE, TARGETS, load_rows, predict_rows, read_base, write_atomic
 
 LEVEL = 0.9  # nominal coverage of the prediction intervals
 
@@ -45,7 +45,7 @@ def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple
     """(header, rows) of the output table: the query's cells plus predictions."""
     base = read_base(fit_path)
     uncertainty = fit_table(fit_path)
-    header, rows = read_rows(query_path, base, need_target=False)
+    header, rows, _ = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
     targets = [t for t in TARGETS if t in header]
     if not targets:
         if MESSAGE in header:

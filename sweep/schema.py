@@ -57,6 +57,9 @@ def _link_keys(table: str, what: str, default: str, collective: bool = True) -> 
         Key(f"{table}.bandwidth_exponent", float, None, "1",
             f"{what} bandwidth per process scales as (k/2)**-this with k processes (unset: 0; "
             "negative values act as 0: bandwidth never grows with processes)"),
+        Key(f"{table}.overhead", float, None, "s",
+            f"{what} software overhead of one all-reduce call, once per collective whatever the "
+            "process count (unset: 0)", minimum=0.0),
         Key(f"{table}.line_rate", float, None, "bytes/s",
             f"{what} line rate per direction (per node for inter): no all-reduce is faster than its wire "
             "lower bound at this rate, and a fit keeps every bandwidth of the link below it (unset: the "

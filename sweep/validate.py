@@ -207,7 +207,9 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
     except (OSError, UnicodeDecodeError):
         header = []  # read_rows says what is wrong
     labels = (LABEL,) if LABEL in [h.strip() for h in header] else ()
-    _, rows = cal.read_rows(data, dict(base), labels=labels)
+    _, rows, odd = cal.load_rows(data, dict(base), labels=labels)
+    if log and odd:
+        log(f"left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
     out = []
     for fold in make_folds(rows, split, folds, cut, reference, min_gpus, options.seed):
         if log:
