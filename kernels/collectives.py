@@ -128,13 +128,17 @@ def wire_floors(p):
 
 def wire_lower_bound(p, message_bytes):
     """Seconds no all-reduce of `message_bytes` can beat on these links (needs
-    line rates in `p`): the larger of the two shares of `wire_floors`, summed
-    for hierarchical and unpipelined ps, which run their phases in turn."""
+    line rates in `p`): on one node the intra share of `wire_floors`; on
+    several the inter share (the NICs), plus the intra share for
+    hierarchical and unpipelined ps, which run their phases in turn, or the
+    larger of the two for pipelined ps."""
     intra, inter = wire_floors(p)
     multi = p["nodes"] > 1
     algorithm = p["algorithm"]
+    two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
     sequential = (algorithm == HIERARCHICAL) | ((algorithm == PS) & ~(p.get("ps_pipelined", 0.0) > 0))
-    per_byte = jnp.where(multi, jnp.where(sequential, intra + inter, jnp.maximum(intra, inter)), intra)
+    several = jnp.where(sequential, intra + inter, jnp.where(two_level, jnp.maximum(intra, inter), inter))
+    per_byte = jnp.where(multi, several, intra)
     return jnp.where(p["workers"] > 1, per_byte * message_bytes, 0.0)
 
 
@@ -207,8 +211,8 @@ def collective_cost(p) -> CollectiveCost:
     two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
     floors = wire_floors(p)
     floor_a = floor_b = None
-    if floors is not None:  # a flat algorithm on several nodes crosses the GPUs' links and the NICs
-        floor_a = jnp.where(two_level | ~multi_node, floors[0], jnp.maximum(floors[0], floors[1]))
+    if floors is not None:  # a flat algorithm on several nodes is bounded by the nodes' NICs
+        floor_a = jnp.where(two_level | ~multi_node, floors[0], floors[1])
         floor_b = floors[1]
     a = _phase(_select(two_level, intra, flat_link), jnp.where(two_level, g, workers),
                jnp.where(two_level, 2 * (g - 1), flat_steps),

@@ -461,6 +461,7 @@ class FitResult:
     targets: tuple[str, ...]  # per observation
     covariance: np.ndarray | None = None  # [k, k] of the fit-space coordinates (switches: 0)
     residual_scale: float = 0.0  # s: rms of the log residuals, N - k degrees of freedom
+    residual_quantile: float = 0.0  # 90 % quantile of |log residual|, x sqrt(N / (N - k))
     at_bound: dict = dataclasses.field(default_factory=dict)  # key -> which bound, and why
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
     excluded: tuple = ()  # anomalous rows left out of the fit, one line each
@@ -469,18 +470,48 @@ class FitResult:
 BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
 
 
+def wire_slack(groups: list[Group]) -> float:
+    """How much faster than the line rate the inter link's `bandwidth` may be
+    on every row without any row's all-reduce beating the wire: the smallest,
+    over multi-node rows, of the flat algorithm's bytes per process per byte
+    of M (2(P-1)/P for ring and rhd, 2 ceil(log2 P) for tree) over the wire's
+    2(n-1)/n, or ps's 2 max(1, n/S) over max(1, n/S). 1 without multi-node
+    rows, and for hierarchical (its inter phase is bounded in the kernels).
+    With one process per node this is 1: the line rate itself."""
+    from kernels.codes import ALGORITHMS
+
+    ratios = []
+    for g in groups:
+        n, p = g.params["nodes"], g.params["workers"]
+        algorithm, servers = g.params["algorithm"], g.params["servers"]
+        wire = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1), 1.0)
+        flat = np.where(algorithm == ALGORITHMS.index("tree"), 2 * np.ceil(np.log2(p)), 2 * (p - 1) / p)
+        ratio = np.where(algorithm == ALGORITHMS.index("ps"), 2.0,
+                         np.where(algorithm == ALGORITHMS.index("hierarchical"), 1.0, flat / wire))
+        ratios += list(np.where(n > 1, np.maximum(ratio, 1.0), np.inf))
+    finite = [r for r in ratios if np.isfinite(r)]
+    return float(min(finite)) if finite else 1.0
+
+
 def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.ndarray, dict]:
     """(lower, upper) of each fitted key in fit space, and why each finite one
-    is there. A link's bandwidths stay at or below its line rate (the lowest
-    over the rows: the keys are shared); `bandwidth_exponent` >= 0, so that
-    bandwidth never grows with the number of processes."""
+    is there. A link's bandwidths stay where no row's all-reduce beats the
+    wire at the link's line rate (the lowest over the rows: the keys are
+    shared): the intra link's at its line rate, the inter link's at its line
+    rate times `wire_slack` (a flat ring over P processes on n nodes sends
+    2(P-1)/P of M per process but only 2(n-1)/n of M per node must cross the
+    NIC); `bandwidth_exponent` >= 0, so that bandwidth never grows with the
+    number of processes."""
     lower, upper, why = np.full(len(fitted), -np.inf), np.full(len(fitted), np.inf), {}
+    slack = wire_slack(groups)
     for i, key in enumerate(fitted):
         table, _, field = key.partition(".")
         if table in LINK_TABLES and field in BANDWIDTHS:
             rate = min(float(np.min(g.params[f"{table}_line_rate"])) for g in groups)
-            upper[i] = math.log(rate)
-            why[key] = ("upper", f"line rate {rate:.4g} bytes/s")
+            factor = slack if table == "inter" else 1.0
+            upper[i] = math.log(rate * factor)
+            why[key] = ("upper", f"line rate {rate:.4g} bytes/s" + (f" x {factor:.3g} (wire slack of the rows' "
+                                                                    "algorithms)" if factor != 1.0 else ""))
         elif table in LINK_TABLES and field == "bandwidth_exponent":
             lower[i] = 0.0
             why[key] = ("lower", "bandwidth may not grow with processes")
@@ -677,6 +708,7 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         targets=tuple(t for _, t in observations),
         covariance=covariance,
         residual_scale=scale,
+        residual_quantile=float(np.quantile(np.abs(r), 0.9) * math.sqrt(len(r) / max(1, len(r) - len(fitted)))),
         at_bound=at_bound,
         line_rates=line_rates_of(groups, fitted),
     )
@@ -754,6 +786,11 @@ def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return np.where(unidentified, np.inf, np.sqrt(variance))
 
 
+# How the unexplained scatter enters prediction intervals: "normal" (t quantile
+# x rms log residual) or "quantile" (the fit's 90 % quantile of |log residual|).
+INTERVAL = "normal"
+
+
 def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | None = None,
                  level: float = 0.9) -> dict[str, np.ndarray]:
     """Per target, the prediction of every row (NaN where the row cannot have one).
@@ -796,9 +833,14 @@ def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | No
 
             grad = (np.asarray(jax.jit(jax.jacfwd(lambda t: jax.numpy.log(model.predict(t))))(theta))
                     if fitted else np.zeros((len(observations), 0)))
-            variance = np.einsum("ij,jk,ik->i", grad, covariance, grad) + float(uncertainty["residual_scale"]) ** 2
+            parameters = np.maximum(np.einsum("ij,jk,ik->i", grad, covariance, grad), 0.0)
             z = stats.t.ppf(0.5 + level / 2, int(uncertainty.get("degrees_of_freedom", 1)))
-            spread = np.exp(z * np.sqrt(np.maximum(variance, 0.0)))
+            quantile = uncertainty.get("residual_quantile_90")
+            if INTERVAL == "quantile" and quantile is not None and abs(level - 0.9) < 1e-12:
+                # the fit's own 90 % quantile of |log error| (heavy tails stay heavy)
+                spread = np.exp(np.sqrt(float(quantile) ** 2 + z ** 2 * parameters))
+            else:
+                spread = np.exp(z * np.sqrt(parameters + float(uncertainty["residual_scale"]) ** 2))
             for t in targets:
                 out[f"{t}_low"], out[f"{t}_high"] = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
     for j, ((row, target), value) in enumerate(zip(observations, pred)):
@@ -833,6 +875,7 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         # fitted coordinates (log of log-space keys, exponents as they are)
         # in the order of `fitted`, and the rms log residual.
         "residual_scale": result.residual_scale,
+        "residual_quantile_90": result.residual_quantile,
         "degrees_of_freedom": max(1, result.observations - len(result.keys)),
         "at_bound": {},
         "excluded": list(result.excluded),

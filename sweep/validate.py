@@ -171,8 +171,8 @@ def run_fold(rows: list[cal.Row], fold: Fold, fitted: list[str], base: dict, opt
     result = cal.fit(train, fitted, base, options)
     doc = cal.fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
     values = {**result.line_rates, **result.values}
-    test = [dataclasses.replace(rows[i], point={**{k: v for k, v in values.items() if k not in rows[i].given},
-                                                **{k: rows[i].point[k] for k in rows[i].given}})
+    test = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
+                                                                    if k not in rows[i].given}})
             for i in fold.test]
     targets = [t for t in cal.TARGETS if any(r.targets.get(t) is not None for r in test)]
     predicted = cal.predict_rows(test, targets, doc["fit"], LEVEL)
