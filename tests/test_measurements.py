@@ -129,3 +129,17 @@ def test_every_nccl_tests_table_reads():
         rows, odd, _ = read_measurements(path, {})
         assert len(rows) + len(odd) >= 11, path.name
         assert all(r["nodes"] * r["gpus_per_node"] >= 2 for r in rows)
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"nccl-tests tables not available: {DATA} is absent")
+@pytest.mark.slow
+def test_validate_nccl_quick_run(tmp_path):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("validate_nccl", root / "experiments" / "validate_nccl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "aws_p5_2x8_efa" in table and "(c) across rank counts" in table and "alpha only" in table
