@@ -112,3 +112,20 @@ def test_validate_cli_writes_table_and_csv(exact, tmp_path, cli):
     assert len(records) == 3 and {r["target"] for r in records} == {"allreduce_time"}
     status, _, err = cli("validate", exact, "--fit", "inter.alpha", "--split", "colour", "-o", out)
     assert status == 2 and "--split" in err
+
+
+def test_run_and_predict_agree_on_overhead_and_line_rate(tmp_path):
+    """A FIT.toml's overhead and line rate reach sweeps too (sweep.params), so
+    `run` and `predict` give the same iteration time."""
+    import sweep
+
+    point = {"model": "resnet50", "batch_size": 32, "nodes": 4, "gpus_per_node": 2, "strategy": "wfbp",
+             "algorithm": "hierarchical", "inter.overhead": 2e-4, "intra.overhead": 5e-5,
+             "inter.line_rate": 1.25e9, "inter.bandwidth": 1.2e9}
+    cube = sweep.run(dict(point, outputs=["iteration_time"]))
+    plain = sweep.run({k: v for k, v in point.items() if "overhead" not in k and "line_rate" not in k}
+                      | {"outputs": ["iteration_time"]})
+    row = cal.Row(2, point, frozenset(point), {"iteration_time": None}, None, {})
+    predicted = cal.predict_rows([row], ["iteration_time"])["iteration_time"][0]
+    assert float(cube["iteration_time"]) == pytest.approx(predicted, rel=1e-5)
+    assert float(cube["iteration_time"]) > float(plain["iteration_time"])
