@@ -460,7 +460,7 @@ class FitResult:
     measured: np.ndarray
     targets: tuple[str, ...]  # per observation
     covariance: np.ndarray | None = None  # [k, k] of the fit-space coordinates (switches: 0)
-    residual_scale: float = 0.0  # s: rms of the log residuals, N - k degrees of freedom
+    residual_scale: float = 0.0  # s: robust scale of the log residuals (1.4826 MAD x sqrt(N / (N - k)))
     residual_quantile: float = 0.0  # 90 % quantile of |log residual|, x sqrt(N / (N - k))
     at_bound: dict = dataclasses.field(default_factory=dict)  # key -> which bound, and why
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
@@ -676,7 +676,11 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)
-    scale = float(np.sqrt(r @ r / max(1, len(r) - len(fitted))))
+    # The scatter predictions carry: a robust scale (1.4826 x median |log
+    # residual|, the rms for normal errors), so that one anomalous row does
+    # not widen every interval: on the 10GbE tasks the rms put every held-out
+    # row inside (coverage 100 %), this scale 93 % and 96 % (README).
+    scale = float(1.4826 * np.median(np.abs(r)) * math.sqrt(len(r) / max(1, len(r) - len(fitted))))
     if prior_mask.any():
         covariance = posterior_covariance(jac, r, np.where(prior_mask, 1.0 / prior_width ** 2, 0.0), switch_index)
         sigma = np.sqrt(np.diag(covariance))
@@ -787,7 +791,7 @@ def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:
 
 
 # How the unexplained scatter enters prediction intervals: "normal" (t quantile
-# x rms log residual) or "quantile" (the fit's 90 % quantile of |log residual|).
+# x the robust residual scale) or "quantile" (the fit's 90 % quantile of |log residual|).
 INTERVAL = "normal"
 
 
@@ -800,8 +804,8 @@ def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | No
     `<target>_high`: a `level` prediction interval in log space,
         log(pred) +- t_{dof}((1 + level) / 2) * sqrt(g C g^T + s^2),
     g the gradient of log(pred) in the fitted coordinates, C their
-    covariance (parameter uncertainty), s the rms log residual of the fit
-    (what the model does not explain). Rows that set a fitted key themselves
+    covariance (parameter uncertainty), s the fit's robust scale of log
+    residuals (what the model does not explain; `FitResult.residual_scale`). Rows that set a fitted key themselves
     get the parameter part without that key."""
     import jax
 
@@ -873,7 +877,7 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "starts": result.starts,
         # Prediction intervals (sweep.predict): log-space covariance of the
         # fitted coordinates (log of log-space keys, exponents as they are)
-        # in the order of `fitted`, and the rms log residual.
+        # in the order of `fitted`, and the robust scale of the log residuals.
         "residual_scale": result.residual_scale,
         "residual_quantile_90": result.residual_quantile,
         "degrees_of_freedom": max(1, result.observations - len(result.keys)),
