@@ -483,7 +483,7 @@ def wire_slack(groups: list[Group]) -> float:
     ratios = []
     for g in groups:
         n, p = g.params["nodes"], g.params["workers"]
-        algorithm, servers = g.params["algorithm"], g.params["servers"]
+        algorithm = g.params["algorithm"]
         wire = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1), 1.0)
         flat = np.where(algorithm == ALGORITHMS.index("tree"), 2 * np.ceil(np.log2(p)), 2 * (p - 1) / p)
         ratio = np.where(algorithm == ALGORITHMS.index("ps"), 2.0,
@@ -679,7 +679,7 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
     # The scatter predictions carry: a robust scale (1.4826 x median |log
     # residual|, the rms for normal errors), so that one anomalous row does
     # not widen every interval: on the 10GbE tasks the rms put every held-out
-    # row inside (coverage 100 %), this scale 93 % and 96 % (README).
+    # row inside (coverage 100 %), this scale 93 % and 98 % (README).
     scale = float(1.4826 * np.median(np.abs(r)) * math.sqrt(len(r) / max(1, len(r) - len(fitted))))
     if prior_mask.any():
         covariance = posterior_covariance(jac, r, np.where(prior_mask, 1.0 / prior_width ** 2, 0.0), switch_index)
