@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                                                                  "(default 1 MiB)")
     validate.add_argument("--reference", metavar="METHOD", help="method: the method to fit (default: most rows)")
     validate.add_argument("--min-gpus", type=int, metavar="N", help="hold out only rows with >= N workers")
+    validate.add_argument("--format", choices=("csv", "nccl-tests", "nccl-tests-csv", "osu"),
+                          help="the data's format (default: detected from its first lines)")
     validate.add_argument("-o", "--output", metavar="OUT.csv", help="every held-out observation with its errors")
     validate.add_argument("--table", metavar="OUT.md", help="the summary table as markdown")
     validate.add_argument("--starts", type=int, default=8, help="optimisation starts (default 8)")
@@ -241,7 +243,8 @@ def _validate(args) -> int:
         raise SpecError("--cut", args.cut, "must be > 0")
     options = Options(starts=args.starts, steps=args.steps, tail=args.tail, seed=args.seed)
     results = validate(args.data, args.fit, args.base, args.split, args.folds, args.cut, args.reference,
-                       args.min_gpus, options, log=lambda m: print(f"ssgd-sweep: {m}", file=sys.stderr))
+                       args.min_gpus, options, log=lambda m: print(f"ssgd-sweep: {m}", file=sys.stderr),
+                       fmt=args.format)
     table = markdown(results)
     if args.output:
         write_atomic(outputs[0], records_csv(results))

@@ -158,7 +158,7 @@ def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[di
     """(rows as dicts of nodes, gpus_per_node, message_bytes, allreduce_time,
     anomalies left out, format) of a benchmark file."""
     fmt = fmt or detect(path)
-    if fmt not in FORMATS[1:]:
+    if fmt not in FORMATS[1:]:  # (calibrate.load_rows reads "csv" itself)
         raise SpecError("--format", fmt, f"not a benchmark format; choose {', '.join(FORMATS[1:])}")
     layout: dict = {}
     try:

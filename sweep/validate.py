@@ -2,7 +2,7 @@
 
     ssgd-sweep validate DATA.csv --fit KEY [--fit KEY ...] [--base SPEC.toml]
         --split gpus|method|rows|size|KEY [--folds K] [--cut X] [--reference LABEL]
-        [--min-gpus N] [-o OUT.csv] [--table OUT.md]
+        [--min-gpus N] [--format csv|nccl-tests|nccl-tests-csv|osu] [-o OUT.csv] [--table OUT.md]
 
 DATA is a `calibrate` CSV (scenario-key columns, targets, `message_bytes`),
 plus optionally a free-text `method` column naming each row's method. Each
@@ -197,7 +197,8 @@ def run_fold(rows: list[cal.Row], fold: Fold, fitted: list[str], base: dict, opt
 
 def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, split: str = "rows",
              folds: int | None = None, cut: float | None = None, reference: str | None = None,
-             min_gpus: int | None = None, options: cal.Options = cal.Options(), log=None) -> list[FoldResult]:
+             min_gpus: int | None = None, options: cal.Options = cal.Options(), log=None,
+             fmt: str | None = None) -> list[FoldResult]:
     """Every fold's fit and held-out records."""
     fitted = cal.expand_fit(fit_keys)
     base = cal.read_base(base_path)
@@ -207,7 +208,7 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
     except (OSError, UnicodeDecodeError):
         header = []  # read_rows says what is wrong
     labels = (LABEL,) if LABEL in [h.strip() for h in header] else ()
-    _, rows, odd = cal.load_rows(data, dict(base), labels=labels)
+    _, rows, odd = cal.load_rows(data, dict(base), labels=labels, fmt=fmt)
     if log and odd:
         log(f"left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
     out = []

@@ -143,3 +143,13 @@ def test_validate_nccl_quick_run(tmp_path):
     assert module.main(["--quick", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "table.md").read_text()
     assert "aws_p5_2x8_efa" in table and "(c) across rank counts" in table and "alpha only" in table
+
+
+def test_validate_takes_a_format(tmp_path, cli):
+    path = tmp_path / "osu.txt"
+    path.write_text(OSU.replace("# OSU MPI Allreduce Latency Test v5.4.0\n", ""))  # no banner: not detected
+    base = tmp_path / "base.toml"
+    base.write_text("nodes = 2\ngpus_per_node = 1\n")
+    status, _, err = cli("validate", path, "--base", base, "--fit", "inter.alpha", "--split", "size", "--cut", 20,
+                         "--format", "osu", "--starts", 1, "--steps", 100)
+    assert status == 0, err
