@@ -33,6 +33,23 @@ steps and volume 2 max(1, n/S) (k = n, chunk M/S). With `ps_pipelined`
 local reduce, push and pull) the two phases overlap: their latencies add and
 the slower per-byte cost sets the pace, lat_a + lat_b + M max(pb_a, pb_b).
 
+Physical bounds. Bandwidth never grows with the number of processes: a
+negative `bandwidth_exponent` acts as 0. When `p` carries the links' line
+rates (`intra_line_rate`, `inter_line_rate` [bytes/s per direction; for the
+inter link, per node]: `sweep.calibrate` adds them, a sweep may), no regime's
+per-byte cost falls below the wire's: every phase pays at least its share of
+`wire_lower_bound`,
+  one node      2(g-1)/g * M / line_rate_intra   (each GPU sends and receives
+                                                  (g-1)/g of M twice);
+  several nodes 2(n-1)/n * M / line_rate_inter   (each node's NIC, whatever
+                                                  the algorithm; Patarasuk and
+                                                  Yuan 2009), and for ps with
+                max(1, n/S) * M / line_rate_inter (every worker sends and
+                                                  receives M, each server n*M/S);
+hierarchical adds its intra phase's bound. Only the inter phase of
+`hierarchical` (g rings of M/g sharing a node's NIC) can reach these floors
+with bandwidths at or below the line rate.
+
 A cost is a `CollectiveCost`: the affine part below every switch
 (`latency`, `per_byte`) and `Steps`: at each break b (a message size), the
 cost gains `latency + per_byte * M` for every M > b. P = 1 or M = 0 costs
@@ -51,6 +68,12 @@ from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat defaul
 
 LINK_FIELDS = ("alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth", "chunk_bytes",
                "chunk_alpha", "chunk_bandwidth", "alpha_exponent", "large_alpha_exponent", "bandwidth_exponent")
+# Optional per-link fields read only when present in `p` (`{table}_{field}`):
+#   overhead [s]: software cost of one all-reduce call, once per collective
+#   whatever the process count (framework and launch: Horovod/PyTorch, NCCL
+#   kernel launch, the TCP stack's per-call work); the flat link's on one
+#   level, the inter link's whenever the collective spans nodes.
+EXTRA_LINK_FIELDS = ("overhead",)
 
 
 class Steps(NamedTuple):
@@ -81,20 +104,61 @@ def link(p, table: str) -> dict:
     return out
 
 
+def line_rates(p):
+    """(intra, inter) line rates from `p`, or None when `p` has none."""
+    if "intra_line_rate" not in p and "inter_line_rate" not in p:
+        return None
+    return (p.get("intra_line_rate", jnp.inf), p.get("inter_line_rate", jnp.inf))
+
+
+def wire_floors(p):
+    """Per byte of M, the wire's least cost of an all-reduce [C]: the intra
+    share (one node, or the intra phase of two-level algorithms) and the inter
+    share (several nodes), or None without line rates (module docstring)."""
+    rates = line_rates(p)
+    if rates is None:
+        return None
+    n, g = p["nodes"], p["gpus_per_node"]
+    intra = 2.0 * (g - 1) / g / rates[0]
+    all_reduce = 2.0 * (n - 1) / n / rates[1]
+    ps = jnp.maximum(1.0, n / p["servers"]) / rates[1]
+    inter = jnp.where(p["algorithm"] == PS, ps, all_reduce)
+    return intra, jnp.where(n > 1, inter, 0.0)
+
+
+def wire_lower_bound(p, message_bytes):
+    """Seconds no all-reduce of `message_bytes` can beat on these links (needs
+    line rates in `p`): on one node the intra share of `wire_floors`; on
+    several the inter share (the NICs), plus the intra share for
+    hierarchical and unpipelined ps, which run their phases in turn, or the
+    larger of the two for pipelined ps."""
+    intra, inter = wire_floors(p)
+    multi = p["nodes"] > 1
+    algorithm = p["algorithm"]
+    two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
+    sequential = (algorithm == HIERARCHICAL) | ((algorithm == PS) & ~(p.get("ps_pipelined", 0.0) > 0))
+    several = jnp.where(sequential, intra + inter, jnp.where(two_level, jnp.maximum(intra, inter), inter))
+    per_byte = jnp.where(multi, several, intra)
+    return jnp.where(p["workers"] > 1, per_byte * message_bytes, 0.0)
+
+
 def _select(cond, a: dict, b: dict) -> dict:
     return {k: jnp.where(cond, a[k], b[k]) for k in a}
 
 
-def _phase(lk: dict, k, steps, volume, scale, chunk_divisor):
+def _phase(lk: dict, k, steps, volume, scale, chunk_divisor, floor=None):
     """(latency, per_byte, Steps with 2 breaks) of one phase, in terms of the
     all-reduce's M: the phase moves m = scale * M bytes, its chunk is
-    m / chunk_divisor."""
+    m / chunk_divisor. `floor` [C]: the least per-byte cost of any regime."""
     half = k / 2.0
     lat = [steps * a * half ** e for a, e in ((lk["alpha"], lk["alpha_exponent"]),
                                               (lk["large_alpha"], lk["large_alpha_exponent"]),
                                               (lk["chunk_alpha"], lk["large_alpha_exponent"]))]
-    congestion = volume * scale * half ** lk["bandwidth_exponent"]
+    # Bandwidth per process never grows with the processes: exponent >= 0.
+    congestion = volume * scale * half ** jnp.maximum(lk["bandwidth_exponent"], 0.0)
     byte = [congestion / bw for bw in (lk["bandwidth"], lk["large_bandwidth"], lk["chunk_bandwidth"])]
+    if floor is not None:
+        byte = [jnp.maximum(b, floor) for b in byte]
     protocol = lk["protocol_bytes"] / scale
     chunk = lk["chunk_bytes"] * chunk_divisor / scale
     # Regime 3 takes precedence: if the chunk switch comes first, regime 2 never occurs.
@@ -145,18 +209,25 @@ def collective_cost(p) -> CollectiveCost:
     flat_steps = jnp.where(algorithm == RING, 2 * (workers - 1), 2 * log2p)
     flat_volume = jnp.where(algorithm == TREE, 2 * log2p, 2 * share)
     two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
+    floors = wire_floors(p)
+    floor_a = floor_b = None
+    if floors is not None:  # a flat algorithm on several nodes is bounded by the nodes' NICs
+        floor_a = jnp.where(two_level | ~multi_node, floors[0], floors[1])
+        floor_b = floors[1]
     a = _phase(_select(two_level, intra, flat_link), jnp.where(two_level, g, workers),
                jnp.where(two_level, 2 * (g - 1), flat_steps),
-               jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers))
+               jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
     # Phase B: the inter phase of hierarchical (ring on M/g) and ps (push/pull to S servers).
     is_ps = algorithm == PS
     b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
                jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p["servers"]), 2 * (n - 1) / n),
-               jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p["servers"], n))
+               jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p["servers"], n), floor_b)
     on_b = jnp.where(two_level, 1.0, 0.0)
     b = (on_b * b[0], on_b * b[1], tuple((brk, on_b * lat, on_b * byte) for brk, lat, byte in b[2]))
 
     latency = a[0] + b[0]
+    if "inter_overhead" in p or "intra_overhead" in p:
+        latency = latency + jnp.where(multi_node, p.get("inter_overhead", 0.0), p.get("intra_overhead", 0.0))
     per_byte = a[1] + b[1]
     breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
     step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.collectives import LINK_FIELDS
+from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FIELDS
 from sweep import zoo
 from sweep.schema import KEYS, STRUCTURAL, SpecError, canonical, check_value
 
@@ -51,7 +51,7 @@ LINK_TABLES = ("intra", "inter")
 # Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
 FITTABLE: dict[str, tuple[str, str]] = {
     **{f"{t}.{f}": (f"{t}_{f}", "linear" if f.endswith("exponent") else "log")
-       for t in LINK_TABLES for f in LINK_FIELDS},
+       for t in LINK_TABLES for f in LINK_FIELDS + EXTRA_LINK_FIELDS},
     "h2d.alpha": ("h2d_alpha", "log"), "h2d.bandwidth": ("h2d_bandwidth", "log"),
     "gpu.peak_flops": ("peak_flops", "log"), "gpu.memory_bandwidth": ("memory_bandwidth", "log"),
     "compute.b_half": ("b_half", "log"), "compute.bwd_ratio": ("bwd_ratio", "log"),
@@ -77,6 +77,13 @@ class Options:
     seed: int = 0
     temperature: tuple[float, float] = (3e-2, 3e-4)  # smooth max, fraction of each row's iteration time
     width: tuple[float, float] = (2.0, 0.002)  # protocol switches, ln bytes
+    # Gaussian priors around the start (base or catalog values) as regularisation:
+    # `prior` is the residual scale assumed when weighing them against the data
+    # (0: no priors), `prior_width` their 1-sigma in ln units (a factor e**w) for
+    # log-space keys and in linear units for exponents. Switches have none.
+    prior: float = 0.05
+    prior_width: float = math.log(10.0)
+    prior_width_linear: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +119,10 @@ def read_base(path: str | os.PathLike | None) -> dict:
     return base
 
 
-def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> tuple[list[str], list[Row]]:
-    """(header, rows) of a calibrate or predict CSV, every cell validated."""
+def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True,
+              labels: Sequence[str] = ()) -> tuple[list[str], list[Row]]:
+    """(header, rows) of a calibrate or predict CSV, every cell validated.
+    Columns named in `labels` are free text (kept in `cells`, not keys)."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             table = list(csv.reader(handle))
@@ -125,7 +134,7 @@ def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> 
     header = [h.strip() for h in table[0]]
     keys: dict[str, str] = {}
     for column in header:
-        if column in TARGETS or column == MESSAGE:
+        if column in TARGETS or column == MESSAGE or column in labels:
             key = column
         else:
             key = canonical(column)
@@ -146,6 +155,8 @@ def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True) -> 
         point, given, targets, message = dict(base), set(), {}, None
         for column, cell in zip(header, cells):
             cell, key = cell.strip(), keys[column]
+            if key in labels:
+                continue
             if key in TARGETS:
                 targets[key] = _number(column, cell, line, positive=True) if cell else None
             elif key == MESSAGE:
@@ -226,7 +237,28 @@ def _row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
         for table in LINK_TABLES:
             p.update(link_extension(table, p[f"{table}_alpha"], p[f"{table}_bandwidth"],
                                     lambda field, fallback: fallback, 1))
+    for table in LINK_TABLES:  # the wire's bounds hold in every fit and prediction
+        p[f"{table}_line_rate"] = np.array([line_rate(point, table)], np.float64)
+        for field in EXTRA_LINK_FIELDS:  # (0: none) present, so that a fit can set them
+            p[f"{table}_{field}"] = np.array([float(point.get(f"{table}.{field}", 0.0))], np.float64)
     return p
+
+
+# Starting values of fittable keys whose unset value (0) cannot start a log-space fit.
+UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5}
+
+
+def line_rate(point: dict, table: str) -> float:
+    """A link's line rate [bytes/s]: `{table}.line_rate` when given, else the
+    catalog entry's, raised to any bandwidth the scenario gives for the link
+    (a user who writes a faster bandwidth means a faster link)."""
+    from sweep import catalog
+
+    if f"{table}.line_rate" in point:
+        return float(point[f"{table}.line_rate"])
+    rate = catalog.LINKS[point.get(f"{table}.name", KEYS[f"{table}.name"].default)].line_rate
+    given = [point[f"{table}.{f}"] for f in ("bandwidth", "large_bandwidth", "chunk_bandwidth") if f"{table}.{f}" in point]
+    return float(max([rate, *given]))
 
 
 def _structure(point: dict) -> tuple:
@@ -427,6 +459,63 @@ class FitResult:
     predicted: np.ndarray  # [observations] with the hard model
     measured: np.ndarray
     targets: tuple[str, ...]  # per observation
+    covariance: np.ndarray | None = None  # [k, k] of the fit-space coordinates (switches: 0)
+    residual_scale: float = 0.0  # s: robust scale of the log residuals (1.4826 MAD x sqrt(N / (N - k)))
+    residual_quantile: float = 0.0  # 90 % quantile of |log residual|, x sqrt(N / (N - k))
+    at_bound: dict = dataclasses.field(default_factory=dict)  # key -> which bound, and why
+    line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
+    excluded: tuple = ()  # anomalous rows left out of the fit, one line each
+
+
+BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
+
+
+def wire_slack(groups: list[Group]) -> float:
+    """How much faster than the line rate the inter link's `bandwidth` may be
+    on every row without any row's all-reduce beating the wire: the smallest,
+    over multi-node rows, of the flat algorithm's bytes per process per byte
+    of M (2(P-1)/P for ring and rhd, 2 ceil(log2 P) for tree) over the wire's
+    2(n-1)/n, or ps's 2 max(1, n/S) over max(1, n/S). 1 without multi-node
+    rows, and for hierarchical (its inter phase is bounded in the kernels).
+    With one process per node this is 1: the line rate itself."""
+    from kernels.codes import ALGORITHMS
+
+    ratios = []
+    for g in groups:
+        n, p = g.params["nodes"], g.params["workers"]
+        algorithm = g.params["algorithm"]
+        wire = np.where(n > 1, 2 * (n - 1) / np.maximum(n, 1), 1.0)
+        flat = np.where(algorithm == ALGORITHMS.index("tree"), 2 * np.ceil(np.log2(p)), 2 * (p - 1) / p)
+        ratio = np.where(algorithm == ALGORITHMS.index("ps"), 2.0,
+                         np.where(algorithm == ALGORITHMS.index("hierarchical"), 1.0, flat / wire))
+        ratios += list(np.where(n > 1, np.maximum(ratio, 1.0), np.inf))
+    finite = [r for r in ratios if np.isfinite(r)]
+    return float(min(finite)) if finite else 1.0
+
+
+def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(lower, upper) of each fitted key in fit space, and why each finite one
+    is there. A link's bandwidths stay where no row's all-reduce beats the
+    wire at the link's line rate (the lowest over the rows: the keys are
+    shared): the intra link's at its line rate, the inter link's at its line
+    rate times `wire_slack` (a flat ring over P processes on n nodes sends
+    2(P-1)/P of M per process but only 2(n-1)/n of M per node must cross the
+    NIC); `bandwidth_exponent` >= 0, so that bandwidth never grows with the
+    number of processes."""
+    lower, upper, why = np.full(len(fitted), -np.inf), np.full(len(fitted), np.inf), {}
+    slack = wire_slack(groups)
+    for i, key in enumerate(fitted):
+        table, _, field = key.partition(".")
+        if table in LINK_TABLES and field in BANDWIDTHS:
+            rate = min(float(np.min(g.params[f"{table}_line_rate"])) for g in groups)
+            factor = slack if table == "inter" else 1.0
+            upper[i] = math.log(rate * factor)
+            why[key] = ("upper", f"line rate {rate:.4g} bytes/s" + (f" x {factor:.3g} (wire slack of the rows' "
+                                                                    "algorithms)" if factor != 1.0 else ""))
+        elif table in LINK_TABLES and field == "bandwidth_exponent":
+            lower[i] = 0.0
+            why[key] = ("lower", "bandwidth may not grow with processes")
+    return lower, upper, why
 
 
 def starting_values(fitted: list[str], groups: list[Group], options: Options) -> np.ndarray:
@@ -438,7 +527,8 @@ def starting_values(fitted: list[str], groups: list[Group], options: Options) ->
     by default, start spread over the message sizes in the data."""
     rng = np.random.default_rng(options.seed)
     first = groups[0]  # rows carry the base scenario, so its values are here
-    center = np.array([first.params[FITTABLE[k][0]][0] for k in fitted], np.float64)
+    center = np.array([first.params[FITTABLE[k][0]][0] or UNSET_START.get(FITTABLE[k][0], 0.0) for k in fitted],
+                      np.float64)
     space = np.array([FITTABLE[k][1] for k in fitted])
     switches = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES and not np.isfinite(center[i])]
     center[switches] = 1.0
@@ -466,7 +556,8 @@ def starting_values(fitted: list[str], groups: list[Group], options: Options) ->
         for j, i in enumerate(switches):
             starts[:, i] = np.log([c[j] for c in combos])
             jitter[:, i] = 0.0
-    return starts + jitter
+    lower, upper, _ = fit_bounds(fitted, groups)
+    return np.clip(starts + jitter, lower, upper)
 
 
 def jump_candidates(groups: list[Group]) -> dict[str, list[float]]:
@@ -522,6 +613,15 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         measured = jnp.asarray(model.measured)
         needs_smooth = any(g.dag is not None for g in groups)
         starts = jnp.asarray(starting_values(fitted, groups, options))
+        lower, upper, why = fit_bounds(fitted, groups)
+        lo, hi = jnp.asarray(lower), jnp.asarray(upper)
+        # Priors around the first start (base or catalog values), none on switches.
+        switch_index = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES]
+        prior_mask = np.array([i not in switch_index for i in range(len(fitted))]) & (options.prior > 0)
+        prior_width = np.where(np.array(spaces) == "log", options.prior_width, options.prior_width_linear)
+        prior_center = jnp.asarray(starts[0])
+        prior_weight = options.prior ** 2 / max(1, len(observations))
+        prior_scale = jnp.asarray(np.where(prior_mask, 1.0 / prior_width, 0.0))
         # Adam, annealing the smooth max and the switch width, then a polish
         # with hard switches: a smooth switch may rest on a data point, half in
         # each regime, which the hard model never is.
@@ -536,9 +636,12 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
             [options.steps])
         optimizer = optax.adam(schedule)
 
+        def prior(theta):
+            return prior_weight * jnp.sum(((theta - prior_center) * prior_scale) ** 2)
+
         def loss(theta, temperature, width):
             pred = model.predict(theta, temperature if needs_smooth else None, width)
-            return loss_terms(pred, measured, options.tail)
+            return loss_terms(pred, measured, options.tail) + prior(theta)
 
         def run(theta):
             state = optimizer.init(theta)
@@ -549,7 +652,8 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
                 value, grad = jax.value_and_grad(loss)(theta, temperature, width)
                 grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
                 updates, state = optimizer.update(grad, state, theta)
-                return (optax.apply_updates(theta, updates), state), value
+                # Projected Adam: the physical bounds hold at every step.
+                return (jnp.clip(optax.apply_updates(theta, updates), lo, hi), state), value
 
             (theta, _), history = jax.lax.scan(step, (theta, state), (jnp.asarray(temps), jnp.asarray(widths)))
             return theta, history
@@ -558,12 +662,12 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         # Score every start with the hard model (hard max, hard switches), as sweeps evaluate it.
         predictions = np.asarray(jax.jit(jax.vmap(model.predict))(final))
         with np.errstate(all="ignore"):
-            hard = np.array([float(loss_terms(q, model.measured, options.tail, np)) for q in predictions])
+            hard = np.array([float(loss_terms(q, model.measured, options.tail, np) + prior(t))
+                             for q, t in zip(predictions, final)])
         hard = np.where(np.isfinite(hard), hard, np.inf)
         best = int(np.argmin(hard))
         theta = final[best]
         pred = predictions[best]
-        switch_index = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES]
         theta, switch_sigma = snap_switches(jax.jit(model.predict), theta, pred, switch_index)
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
@@ -572,8 +676,22 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)
-    sigma = gauss_newton_sigma(jac, r)
+    # The scatter predictions carry: a robust scale (1.4826 x median |log
+    # residual|, the rms for normal errors), so that one anomalous row does
+    # not widen every interval: on the 10GbE tasks the rms put every held-out
+    # row inside (coverage 100 %), this scale 93 % and 98 % (README).
+    scale = float(1.4826 * np.median(np.abs(r)) * math.sqrt(len(r) / max(1, len(r) - len(fitted))))
+    if prior_mask.any():
+        covariance = posterior_covariance(jac, r, np.where(prior_mask, 1.0 / prior_width ** 2, 0.0), switch_index)
+        sigma = np.sqrt(np.diag(covariance))
+    else:
+        sigma = gauss_newton_sigma(jac, r)
+        covariance = np.diag(np.where(np.isfinite(sigma), sigma, np.inf) ** 2)
+        covariance[switch_index, switch_index] = 0.0
     sigma[switch_index] = switch_sigma
+    theta_host = np.asarray(theta)
+    at_bound = {k: f"{why[k][0]}: {why[k][1]}" for i, k in enumerate(fitted) if k in why
+                and abs(theta_host[i] - (upper[i] if why[k][0] == "upper" else lower[i])) < 1e-6}
     rel = np.abs(pred / model.measured - 1.0)
     keys = tuple(fitted)
     start_values = np.where(np.array(spaces) == "log", np.exp(np.asarray(starts[best])), np.asarray(starts[best]))
@@ -592,7 +710,36 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Optio
         predicted=pred,
         measured=model.measured.copy(),
         targets=tuple(t for _, t in observations),
+        covariance=covariance,
+        residual_scale=scale,
+        residual_quantile=float(np.quantile(np.abs(r), 0.9) * math.sqrt(len(r) / max(1, len(r) - len(fitted)))),
+        at_bound=at_bound,
+        line_rates=line_rates_of(groups, fitted),
     )
+
+
+def line_rates_of(groups: list[Group], fitted: list[str]) -> dict:
+    """`{table}.line_rate` of each link table with a fitted key (the bound the
+    fit used, so that predictions apply the same one)."""
+    tables = {k.split(".", 1)[0] for k in fitted if k.split(".", 1)[0] in LINK_TABLES}
+    return {f"{t}.line_rate": min(float(np.min(g.params[f"{t}_line_rate"])) for g in groups) for t in sorted(tables)}
+
+
+def posterior_covariance(jac: np.ndarray, residual: np.ndarray, prior_precision: np.ndarray,
+                         fixed: list[int]) -> np.ndarray:
+    """Covariance of the fitted coordinates (fit space) from the log residuals
+    and the priors: (J^T J / s^2 + diag(prior_precision))^-1, s^2 =
+    |r|^2 / (N - k); `fixed` coordinates (hard switches) are left out (0)."""
+    count, k = jac.shape
+    s2 = max(float(residual @ residual) / max(1, count - k), 1e-12)
+    free = np.array([i for i in range(k) if i not in fixed], int)
+    out = np.zeros((k, k))
+    if free.size:
+        h = jac[:, free].T @ jac[:, free] / s2 + np.diag(prior_precision[free])
+        w, v = np.linalg.eigh(h)
+        w = np.maximum(w, max(float(w.max(initial=0.0)), 1e-300) * 1e-14)
+        out[np.ix_(free, free)] = (v / w) @ v.T
+    return out
 
 
 def snap_switches(predict, theta, pred, index: list[int], reach: float = math.log(1e3), steps: int = 40):
@@ -643,8 +790,23 @@ def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return np.where(unidentified, np.inf, np.sqrt(variance))
 
 
-def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarray]:
-    """Per target, the prediction of every row (NaN where the row cannot have one)."""
+# How the unexplained scatter enters prediction intervals: "normal" (t quantile
+# x the robust residual scale) or "quantile" (the fit's 90 % quantile of |log residual|).
+INTERVAL = "normal"
+
+
+def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | None = None,
+                 level: float = 0.9) -> dict[str, np.ndarray]:
+    """Per target, the prediction of every row (NaN where the row cannot have one).
+
+    With `uncertainty` (the [fit] table of a FIT.toml: `fitted`, `covariance`,
+    `residual_scale`, `degrees_of_freedom`) also `<target>_low` and
+    `<target>_high`: a `level` prediction interval in log space,
+        log(pred) +- t_{dof}((1 + level) / 2) * sqrt(g C g^T + s^2),
+    g the gradient of log(pred) in the fitted coordinates, C their
+    covariance (parameter uncertainty), s the fit's robust scale of log
+    residuals (what the model does not explain; `FitResult.residual_scale`). Rows that set a fitted key themselves
+    get the parameter part without that key."""
     import jax
 
     out = {t: np.full(len(rows), np.nan) for t in targets}
@@ -657,12 +819,39 @@ def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarra
             elif t != "allreduce_time" and "model" in row.point and "batch_size" in row.point:
                 wanted[t] = None
         asked.append(dataclasses.replace(row, targets=wanted, line=i))
+    fitted, covariance = [], np.zeros((0, 0))
+    if uncertainty is not None and uncertainty.get("covariance") is not None:
+        names = list(uncertainty["fitted"])
+        keep = [j for j, k in enumerate(names) if k in FITTABLE and all(k in r.point for r in rows)
+                and not any(k in r.given for r in rows)]
+        fitted = [names[j] for j in keep]
+        covariance = np.asarray(uncertainty["covariance"], np.float64)[np.ix_(keep, keep)]
     with jax.enable_x64(True):
-        groups, observations = build_groups(asked, [], predict=True)
-        model = Model(groups, [], len(observations))
-        pred = np.asarray(jax.jit(model.predict)(jax.numpy.zeros(0)))
-    for (row, target), value in zip(observations, pred):
+        groups, observations = build_groups(asked, fitted, predict=True)
+        model = Model(groups, [FITTABLE[k][1] for k in fitted], len(observations))
+        theta = np.array([math.log(rows[0].point[k]) if FITTABLE[k][1] == "log" else rows[0].point[k]
+                          for k in fitted], np.float64)
+        pred = np.asarray(jax.jit(model.predict)(jax.numpy.asarray(theta)))
+        if uncertainty is not None:
+            from scipy import stats
+
+            grad = (np.asarray(jax.jit(jax.jacfwd(lambda t: jax.numpy.log(model.predict(t))))(theta))
+                    if fitted else np.zeros((len(observations), 0)))
+            parameters = np.maximum(np.einsum("ij,jk,ik->i", grad, covariance, grad), 0.0)
+            z = stats.t.ppf(0.5 + level / 2, int(uncertainty.get("degrees_of_freedom", 1)))
+            quantile = uncertainty.get("residual_quantile_90")
+            if INTERVAL == "quantile" and quantile is not None and abs(level - 0.9) < 1e-12:
+                # the fit's own 90 % quantile of |log error| (heavy tails stay heavy)
+                spread = np.exp(np.sqrt(float(quantile) ** 2 + z ** 2 * parameters))
+            else:
+                spread = np.exp(z * np.sqrt(parameters + float(uncertainty["residual_scale"]) ** 2))
+            for t in targets:
+                out[f"{t}_low"], out[f"{t}_high"] = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    for j, ((row, target), value) in enumerate(zip(observations, pred)):
         out[target][row.line] = value
+        if uncertainty is not None:
+            out[f"{target}_low"][row.line] = value / spread[j]
+            out[f"{target}_high"][row.line] = value * spread[j]
     return out
 
 
@@ -672,7 +861,7 @@ def predict_rows(rows: list[Row], targets: Sequence[str]) -> dict[str, np.ndarra
 def fit_document(base: dict, result: FitResult, data: str) -> dict:
     """FIT.toml as a nested mapping: the base scenario, the fitted values in
     their tables, and a [fit] table of metadata."""
-    values = {**base, **result.values}
+    values = {**result.line_rates, **base, **result.values}
     doc: dict = {}
     for key, value in values.items():
         _put(doc, key, value)
@@ -686,10 +875,22 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "max_relative_error": result.max_relative_error,
         "loss": result.loss,
         "starts": result.starts,
+        # Prediction intervals (sweep.predict): log-space covariance of the
+        # fitted coordinates (log of log-space keys, exponents as they are)
+        # in the order of `fitted`, and the robust scale of the log residuals.
+        "residual_scale": result.residual_scale,
+        "residual_quantile_90": result.residual_quantile,
+        "degrees_of_freedom": max(1, result.observations - len(result.keys)),
+        "at_bound": {},
+        "excluded": list(result.excluded),
         "uncertainty": {},
         "relative_uncertainty": {},
         "start": {},
     }
+    if result.covariance is not None:
+        fit_table["covariance"] = [[float(x) for x in row] for row in result.covariance]
+    for key, why in result.at_bound.items():
+        _put(fit_table["at_bound"], key, why)
     for key in result.keys:
         _put(fit_table["uncertainty"], key, result.uncertainty[key])
         _put(fit_table["start"], key, result.start[key])
@@ -722,10 +923,34 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def load_rows(data: str | os.PathLike, base: dict, labels: Sequence[str] = (), need_target: bool = True,
+              fmt: str | None = None) -> tuple[list[str], list[Row], list]:
+    """(header, rows, anomalies left out) of a calibrate CSV or of benchmark
+    output (nccl-tests, OSU: `sweep.measurements`, detected or `fmt`)."""
+    from sweep.measurements import detect, read_measurements
+
+    fmt = fmt or detect(data)
+    if fmt == "csv":
+        header, rows = read_rows(data, base, need_target, labels)
+        return header, rows, []
+    measured, odd, _ = read_measurements(data, base, fmt)
+    header = ["nodes", "gpus_per_node", MESSAGE, "allreduce_time"]
+    rows = []
+    for m in measured:
+        point = {**base, "nodes": m["nodes"], "gpus_per_node": m["gpus_per_node"]}
+        cells = {"nodes": str(m["nodes"]), "gpus_per_node": str(m["gpus_per_node"]),
+                 MESSAGE: repr(m[MESSAGE]), "allreduce_time": repr(m["allreduce_time"])}
+        rows.append(Row(m["line"], point, frozenset(), {"allreduce_time": m["allreduce_time"]}, m[MESSAGE], cells))
+    return header, rows, odd
+
+
 def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
-              options: Options = Options(), label: str | None = None) -> tuple[FitResult, dict]:
+              options: Options = Options(), label: str | None = None,
+              fmt: str | None = None) -> tuple[FitResult, dict]:
     """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
-    `label` describes the data in [fit] (default: its path)."""
+    `label` describes the data in [fit] (default: its path). Benchmark output
+    (nccl-tests, OSU) is read directly; its anomalous rows are left out and
+    listed in the result and in [fit] `excluded`."""
     import tomli_w
 
     fitted = expand_fit(fit_keys)
@@ -733,8 +958,9 @@ def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, 
     for key in fitted:
         if key in base and FITTABLE[key][1] == "log" and base[key] <= 0:
             raise SpecError(key, base[key], "a fitted key must start > 0")
-    _, rows = read_rows(data, {k: v for k, v in base.items()})
+    _, rows, odd = load_rows(data, {k: v for k, v in base.items()}, fmt=fmt)
     result = fit(rows, fitted, base, options)
+    result = dataclasses.replace(result, excluded=tuple(f"line {a.line}: {a.reason}" for a in odd))
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label or str(data))
     if output is not None:
         write_atomic(output, tomli_w.dumps(doc))
@@ -749,5 +975,55 @@ def summary(result: FitResult) -> str:
     for key in result.keys:
         rel = result.relative_uncertainty.get(key)
         spread = f"+- {100 * rel:.1f} %" if rel is not None else f"+- {result.uncertainty[key]:.3g}"
-        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}")
+        bound = f"  (at {result.at_bound[key]})" if key in result.at_bound else ""
+        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}")
+    if result.excluded:
+        lines.append(f"left out of the fit as anomalous ({len(result.excluded)}):")
+        lines += [f"  {line}" for line in result.excluded]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- physics checks
+
+BOUND_SHAPES = ((1, 2), (1, 4), (1, 8), (2, 1), (2, 4), (4, 1), (4, 4), (8, 1), (8, 4), (16, 8), (64, 1))
+BOUND_MESSAGES = np.geomspace(1.0, 1e10, 41)
+
+
+def wire_bound_violations(rows: list[Row], result: FitResult, shapes=BOUND_SHAPES,
+                          messages=BOUND_MESSAGES) -> list[str]:
+    """Where the fitted links predict an all-reduce faster than the wire
+    allows (`kernels.collectives.wire_lower_bound`), for every row's scenario
+    with the fitted values, every algorithm (ps pipelined or not) and a range
+    of cluster shapes and sizes: one line per case, empty when none."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernels.codes import ALGORITHMS
+    from kernels.collectives import allreduce_time, collective_cost, wire_lower_bound
+
+    points = {}
+    for row in rows:
+        point = {**row.point, **result.values, **{k: v for k, v in result.line_rates.items()
+                                                  if k not in row.point}}
+        points.setdefault(repr(sorted((k, str(v)) for k, v in point.items()
+                                      if k.split(".")[0] in LINK_TABLES)), point)
+    found = []
+    with jax.enable_x64(True):
+        for point in points.values():
+            for algorithm in ALGORITHMS:
+                for pipelined in (False, True) if algorithm == "ps" else (False,):
+                    for n, g in shapes:
+                        q = {**point, "nodes": n, "gpus_per_node": g, "algorithm": algorithm}
+                        q.pop("ps.servers", None)
+                        if pipelined:
+                            q["ps.pipelined"] = True
+                        p = {k: jnp.asarray(v) for k, v in _row_params(q, True).items()}
+                        m = jnp.asarray(messages)[:, None]
+                        time = np.asarray(allreduce_time(m, *collective_cost(p)))[:, 0]
+                        bound = np.asarray(wire_lower_bound(p, m))[:, 0]
+                        bad = time < bound * (1 - 1e-9)
+                        if bad.any():
+                            i = int(np.argmax(bad))
+                            found.append(f"{algorithm}{' pipelined' if pipelined else ''} n={n} g={g} "
+                                         f"M={messages[i]:.3g}: {time[i]:.4g} s < wire bound {bound[i]:.4g} s")
+    return found

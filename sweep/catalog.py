@@ -24,6 +24,14 @@ class Link:
     alpha: float  # latency per message or per hop [s]
     bandwidth: float  # bytes/s, per direction
     source: str
+    # Signalling rate per direction after line coding [bytes/s]: no collective
+    # moves bytes faster than this (kernels.collectives.wire_lower_bound); a
+    # fit's bandwidths are bounded by it. Unset: the datasheet bandwidth.
+    line_rate: float | None = None
+
+    def __post_init__(self):
+        if self.line_rate is None:
+            object.__setattr__(self, "line_rate", self.bandwidth)
 
 
 _T = 1e12
@@ -65,4 +73,10 @@ LINKS: dict[str, Link] = {l.name: l for l in (
     Link("ib-edr", 1.2e-6, 12.5 * _G, "InfiniBand EDR 4x: 100 Gb/s = 12.5 GB/s; MPI latency ~1 us"),
     Link("ib-hdr", 1.0e-6, 25 * _G, "InfiniBand HDR 4x: 200 Gb/s = 25 GB/s; MPI latency ~1 us"),
     Link("ib-ndr", 1.0e-6, 50 * _G, "InfiniBand NDR 4x: 400 Gb/s = 50 GB/s; MPI latency ~1 us"),
+    Link("nvlink5", 2e-6, 900 * _G, "NVIDIA Blackwell (B200) datasheet: 18 NVLink 5 links x 50 GB/s per direction"),
+    # Nodes with several NICs: the node's aggregate rate is what bounds an inter-node collective.
+    Link("efa-p4d", 15e-6, 50 * _G, "AWS p4d/p4de: 4 x 100 Gb/s EFA per node = 50 GB/s; libfabric/EFA latency ~15 us"),
+    Link("efa-p5", 15e-6, 400 * _G, "AWS p5: 32 EFA v2 interfaces, 3,200 Gb/s per node = 400 GB/s"),
+    Link("ib-hdr-8x", 1.0e-6, 200 * _G, "8 x InfiniBand HDR 200 Gb/s per node (e.g. Azure NDm A100 v4) = 200 GB/s"),
+    Link("ib-ndr-8x", 1.0e-6, 400 * _G, "8 x InfiniBand NDR 400 Gb/s per node (DGX H100 compute fabric) = 400 GB/s"),
 )}

@@ -152,6 +152,29 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("-o", "--output", required=True, metavar="OUT.csv",
                          help="the query with predicted_<target> columns added")
     predict.set_defaults(handler=_predict)
+
+    validate = sub.add_parser("validate", help="out-of-sample errors of calibrate + predict against naive "
+                                               "baselines, by GPU count, method, rows, size or any key")
+    validate.add_argument("data", help="CSV as for calibrate, optionally with a free-text `method` column")
+    validate.add_argument("--fit", action="append", required=True, metavar="KEY", help="as for calibrate")
+    validate.add_argument("--base", metavar="SPEC.toml", help="as for calibrate")
+    validate.add_argument("--split", required=True, metavar="gpus|method|rows|size|KEY",
+                          help="what is held out: larger GPU counts, other methods, K folds of rows, "
+                               "larger messages, or each value of a scenario key in turn")
+    validate.add_argument("--folds", type=int, metavar="K", help="folds (rows: default 5; gpus: the K largest cuts)")
+    validate.add_argument("--cut", type=float, metavar="X", help="gpus: train on <= X workers; size: on <= X bytes "
+                                                                 "(default 1 MiB)")
+    validate.add_argument("--reference", metavar="METHOD", help="method: the method to fit (default: most rows)")
+    validate.add_argument("--min-gpus", type=int, metavar="N", help="hold out only rows with >= N workers")
+    validate.add_argument("--format", choices=("csv", "nccl-tests", "nccl-tests-csv", "osu"),
+                          help="the data's format (default: detected from its first lines)")
+    validate.add_argument("-o", "--output", metavar="OUT.csv", help="every held-out observation with its errors")
+    validate.add_argument("--table", metavar="OUT.md", help="the summary table as markdown")
+    validate.add_argument("--starts", type=int, default=8, help="optimisation starts (default 8)")
+    validate.add_argument("--steps", type=int, default=1000, help="Adam steps per start (default 1000)")
+    validate.add_argument("--tail", type=float, default=0.3, help="as for calibrate (default 0.3)")
+    validate.add_argument("--seed", type=int, default=0, help="seed of the starts and of the rows split")
+    validate.set_defaults(handler=_validate)
     return parser
 
 
@@ -412,6 +435,30 @@ def _predict(args) -> int:
     output = _check_output(args.output, inputs={"fit": args.fit, "query": args.query})
     count = write_predictions(args.fit, args.query, output)
     print(f"wrote {output}: {count} rows", file=sys.stderr)
+    return 0
+
+
+def _validate(args) -> int:
+    from sweep.calibrate import Options, write_atomic
+    from sweep.validate import markdown, records_csv, validate
+
+    outputs = [_check_output(p) for p in (args.output, args.table) if p]
+    for name in ("starts", "steps", "folds", "min_gpus"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SpecError(f"--{name.replace('_', '-')}", value, "must be >= 1")
+    if args.cut is not None and not args.cut > 0:
+        raise SpecError("--cut", args.cut, "must be > 0")
+    options = Options(starts=args.starts, steps=args.steps, tail=args.tail, seed=args.seed)
+    results = validate(args.data, args.fit, args.base, args.split, args.folds, args.cut, args.reference,
+                       args.min_gpus, options, log=lambda m: print(f"ssgd-sweep: {m}", file=sys.stderr),
+                       fmt=args.format)
+    table = markdown(results)
+    if args.output:
+        write_atomic(outputs[0], records_csv(results))
+    if args.table:
+        write_atomic(outputs[-1], table)
+    print(table)
     return 0
 
 

@@ -107,6 +107,10 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         p[f"{table}_alpha"] = given_or(f"{table}.alpha", get(f"{table}.name", lambda n: catalog.LINKS[n].alpha))
         p[f"{table}_bandwidth"] = given_or(f"{table}.bandwidth",
                                            get(f"{table}.name", lambda n: catalog.LINKS[n].bandwidth))
+    for table in ("intra", "inter"):  # only when set: per-call overhead, and the wire's bound (kernels.collectives)
+        for field in ("overhead", "line_rate"):
+            if f"{table}.{field}" in columns:
+                p[f"{table}_{field}"] = get(f"{table}.{field}")
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
     # The link model's extensions only when a scenario sets one: without them the

@@ -9,6 +9,13 @@ added; a query naming none gets `predicted_allreduce_time` where rows give
 where they give a model. A row that cannot have a prediction (an
 all-reduce without `message_bytes`, a throughput without a model) gets an
 empty cell.
+
+When FIT.toml comes from `calibrate` (its [fit] table holds the covariance
+of the fitted keys and the residual scale), every prediction also gets
+`predicted_<target>_low` and `predicted_<target>_high`: a 90 % prediction
+interval (`LEVEL`), from the parameters' uncertainty and the scatter the
+fit left unexplained (`sweep.calibrate.predict_rows`). `validate` measures
+how often held-out measurements fall inside it.
 """
 from __future__ import annotations
 
@@ -18,25 +25,42 @@ import os
 
 import numpy as np
 
-from sweep.calibrate import MESSAGE, TARGETS, predict_rows, read_base, read_rows, write_atomic
+from sweep.calibrate import MESSAGE, TARGETS, load_rows, predict_rows, read_base, write_atomic
+
+LEVEL = 0.9  # nominal coverage of the prediction intervals
+
+
+def fit_table(fit_path) -> dict | None:
+    """The [fit] table of FIT.toml when it can give intervals, else None."""
+    import tomllib
+
+    with open(fit_path, "rb") as handle:
+        table = tomllib.load(handle).get("fit")
+    if not isinstance(table, dict) or "covariance" not in table or "residual_scale" not in table:
+        return None
+    return table
 
 
 def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the output table: the query's cells plus predictions."""
     base = read_base(fit_path)
-    header, rows = read_rows(query_path, base, need_target=False)
+    uncertainty = fit_table(fit_path)
+    header, rows, _ = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
     targets = [t for t in TARGETS if t in header]
     if not targets:
         if MESSAGE in header:
             targets.append("allreduce_time")
         if "model" in header or "model" in base:
             targets += ["throughput", "iteration_time"]
-    predictions = predict_rows(rows, targets) if targets else {}
-    out_header = header + [f"predicted_{t}" for t in targets]
+    predictions = predict_rows(rows, targets, uncertainty, LEVEL) if targets else {}
+    columns = [t for t in targets]
+    if uncertainty is not None:
+        columns = [c for t in targets for c in (t, f"{t}_low", f"{t}_high")]
+    out_header = header + [f"predicted_{c}" for c in columns]
     out_rows = []
     for i, row in enumerate(rows):
         cells = [row.cells[c] for c in header]
-        cells += ["" if np.isnan(predictions[t][i]) else repr(float(predictions[t][i])) for t in targets]
+        cells += ["" if np.isnan(predictions[c][i]) else repr(float(predictions[c][i])) for c in columns]
         out_rows.append(cells)
     return out_header, out_rows
 

@@ -78,6 +78,13 @@ def _link_keys(table: str, what: str, default: str, collective: bool = True) -> 
         _exponent(f"{table}.large_alpha_exponent", f"{what} alpha_exponent above protocol_bytes (unset: alpha_exponent)"),
         _exponent(f"{table}.bandwidth_exponent",
                   f"{what} bandwidth per process scales as (k/2)**-this with k processes (unset: 0)"),
+        Key(f"{table}.overhead", float, None, "s",
+            f"{what} software overhead of one all-reduce call, once per collective whatever the "
+            "process count (unset: 0)", minimum=0.0, maximum=3600.0),
+        Key(f"{table}.line_rate", float, None, "bytes/s",
+            f"{what} line rate per direction (per node for inter): no all-reduce is faster than its wire "
+            "lower bound at this rate, and a fit keeps every bandwidth of the link below it (unset: the "
+            "catalog entry's, raised to any bandwidth the scenario gives)", minimum=1.0, maximum=1e18),
     ]
 
 

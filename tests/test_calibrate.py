@@ -114,13 +114,18 @@ def test_fit_toml_is_a_scenario_for_run_explain_and_predict(synthetic, cli):
     assert status == 0, err
     rows = read_csv(out_csv)
     assert list(rows[0]) == ["model", "batch_size", "nodes", "gpus_per_node", "strategy", "throughput",
-                             "predicted_throughput"]
+                             "predicted_throughput", "predicted_throughput_low", "predicted_throughput_high"]
     for row in rows:
         batch = 32 if row["model"] == "resnet50" else 64
         want = float(truth(row["model"], batch, int(row["nodes"]), int(row["gpus_per_node"]),
                            row["strategy"])["throughput"])
-        assert float(row["predicted_throughput"]) == pytest.approx(want, rel=0.02), row
+        predicted = float(row["predicted_throughput"])
+        assert predicted == pytest.approx(want, rel=0.02), row
         assert row["throughput"] == ""
+        # a 90 % interval around the prediction, as wide as the 1 % noise and the fit allow
+        low, high = float(row["predicted_throughput_low"]), float(row["predicted_throughput_high"])
+        assert low < predicted < high and 1.005 < high / predicted < 1.2
+        assert low <= want <= high, row
 
 
 def test_predict_names_each_target_and_uses_measured_throughput(tmp_path, cli):
@@ -170,8 +175,11 @@ def test_smooth_max_passes_gradient_where_the_hard_max_stalls():
 @pytest.mark.skipif(not OSU.exists(), reason=f"measured data not available: {OSU} is absent")
 def test_osu_joint_fit_of_the_inter_link(tmp_path, cli):
     """One fit of every inter-link parameter to the OSU all-reduce latencies on
-    2, 4 and 8 processes: median <= 8 % and max <= 40 % relative error for each
-    process count (a plain alpha-beta ring fit: 9/24/22 % and 50/143/306 %)."""
+    2, 4 and 8 processes, within the physical bounds (10GbE line rate,
+    bandwidth not growing with processes): median <= 10 % for 2 and 8
+    processes, <= 20 % for 4 (whose large messages run faster per process
+    than on 2: only a growing bandwidth could follow them), max <= 40 %
+    (a plain alpha-beta ring fit: 9/24/22 % and 50/143/306 %)."""
     rows = read_csv(OSU)
     data = write_csv(tmp_path / "osu.csv", ["nodes", "gpus_per_node", "message_bytes", "allreduce_time"],
                      [[r["processes"], 1, r["message_bytes"], float(r["latency_us"]) * 1e-6] for r in rows])
@@ -181,7 +189,9 @@ def test_osu_joint_fit_of_the_inter_link(tmp_path, cli):
     doc = tomllib.loads(fit.read_text())
     assert set(doc["inter"]) == {"alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth",
                                  "chunk_bytes", "chunk_alpha", "chunk_bandwidth", "alpha_exponent",
-                                 "large_alpha_exponent", "bandwidth_exponent"}
+                                 "large_alpha_exponent", "bandwidth_exponent", "line_rate"}
+    assert doc["inter"]["line_rate"] == 1.25e9  # 10gbe, the default inter link: the fit's bound
+    assert doc["inter"]["bandwidth_exponent"] >= 0  # bandwidth never grows with processes
     out = tmp_path / "pred.csv"
     status, _, err = cli("predict", fit, data, "-o", out)
     assert status == 0, err
@@ -190,15 +200,13 @@ def test_osu_joint_fit_of_the_inter_link(tmp_path, cli):
         errors = np.array([abs(float(r["predicted_allreduce_time"]) / float(r["allreduce_time"]) - 1)
                            for r in predicted if r["nodes"] == processes])
         assert len(errors) == 266
-        assert np.median(errors) <= 0.08, (processes, np.median(errors))
+        assert np.median(errors) <= (0.20 if processes == "4" else 0.10), (processes, np.median(errors))
         assert errors.max() <= 0.40, (processes, errors.max())
     assert doc["fit"]["max_relative_error"] <= 0.40
-    # hard switches sit in the middle of the gap between the sizes they separate
-    # (recursive doubling -> ring between 8 and 12 KiB; 64 KiB per process)
-    assert doc["inter"]["protocol_bytes"] == pytest.approx(math.sqrt(8192 * 12288), rel=1e-6)
-    assert doc["fit"]["relative_uncertainty"]["inter"]["protocol_bytes"] == pytest.approx(0.5 * math.log(1.5),
-                                                                                         rel=1e-6)
-    assert 520192 / 8 < doc["inter"]["chunk_bytes"] < 524288 / 8
+    # the protocol switch sits between the sizes it separates (recursive doubling
+    # -> ring between 8 and 12 KiB, Open MPI's 10,000 bytes)
+    assert 8192 < doc["inter"]["protocol_bytes"] < 12288
+    assert doc["fit"]["at_bound"]["inter"]["bandwidth_exponent"].startswith("lower")
     # the plain alpha-beta ring cannot, even with this loss: same data, only alpha and bandwidth
     plain = tmp_path / "plain.toml"
     status, _, err = cli("calibrate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "-o", plain)

@@ -3,7 +3,7 @@
 The reference below is written from the module docstring: per phase, the
 regime of the message (protocol switch on the phase's message, chunk switch
 on each process's share, the chunk regime first), latency per step scaled by
-(k/2)**exponent, bandwidth by (k/2)**-bandwidth_exponent.
+(k/2)**exponent, bandwidth by (k/2)**-bandwidth_exponent (exponent >= 0).
 """
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def phase_parts(m, k, steps, volume, link, chunk):
     else:
         alpha, bw, ea = link["alpha"], link["bandwidth"], link["alpha_exponent"]
     half = k / 2
-    return steps * alpha * half ** ea, volume / (bw * half ** -link["bandwidth_exponent"])
+    # bandwidth never grows with the processes: a negative exponent acts as 0
+    return steps * alpha * half ** ea, volume / (bw * half ** -max(0.0, link["bandwidth_exponent"]))
 
 
 def reference(algorithm, m, n, g, intra, inter, servers=None):
@@ -276,3 +277,69 @@ def test_smooth_versions_tend_to_the_hard_ones():
     hard_t = np.asarray(steady_state(work, io, h2d, jnp.asarray([0.0, 1.0]), 4))
     soft_t = np.asarray(steady_state(work, io, h2d, jnp.asarray([0.0, 1.0]), 4, jnp.float32(1e-4)))
     np.testing.assert_allclose(soft_t, hard_t, rtol=1e-3)
+
+
+# ----------------------------------------------------------------------------- physical bounds (issue 8)
+
+def _bound_params(algorithm, n, g, intra_bw, inter_bw, line_rates=True, **extra):
+    point = {"nodes": n, "gpus_per_node": g, "algorithm": algorithm, "intra.alpha": 0.0,
+             "intra.bandwidth": intra_bw, "inter.alpha": 0.0, "inter.bandwidth": inter_bw, **extra}
+    p = {k: jnp.asarray(v) for k, v in point_params(point, zoo.get_model("alexnet"), np.float64).items()}
+    if line_rates:
+        p["intra_line_rate"], p["inter_line_rate"] = jnp.asarray([1.5e10]), jnp.asarray([1.25e9])
+    return p
+
+
+def test_wire_lower_bound_by_hand():
+    import jax
+
+    from kernels.collectives import wire_lower_bound
+
+    with jax.enable_x64(True):
+        m = 8.4e6
+        p = _bound_params("ring", 8, 1, 1.5e10, 1.25e9)
+        # the issue's figure: 8.4 MB on 8 nodes of 10GbE, 2(P-1)/P * M / line rate = 11.76 ms
+        assert float(wire_lower_bound(p, m)[0]) == pytest.approx(2 * 7 / 8 * m / 1.25e9, rel=1e-12)
+        p = _bound_params("ring", 1, 4, 1.5e10, 1.25e9)
+        assert float(wire_lower_bound(p, m)[0]) == pytest.approx(2 * 3 / 4 * m / 1.5e10, rel=1e-12)
+        p = _bound_params("ps", 4, 1, 1.5e10, 1.25e9, **{"ps.servers": 2})
+        assert float(wire_lower_bound(p, m)[0]) == pytest.approx(2 * m / 1.25e9, rel=1e-12)
+        p = _bound_params("hierarchical", 2, 4, 1.5e10, 1.25e9)
+        want = 2 * 3 / 4 * m / 1.5e10 + 2 * 1 / 2 * m / 1.25e9
+        assert float(wire_lower_bound(p, m)[0]) == pytest.approx(want, rel=1e-12)
+
+
+def test_no_collective_beats_the_wire_with_line_rates():
+    """hierarchical's g inter rings of M/g share the node's NIC: at the line rate
+    its formula alone would beat the wire; with line rates in p it cannot."""
+    import jax
+
+    from kernels.collectives import wire_lower_bound
+
+    with jax.enable_x64(True):
+        m = jnp.asarray(MESSAGES)[:, None]
+        free = _bound_params("hierarchical", 4, 4, 1.5e10, 1.25e9, line_rates=False)
+        bounded = _bound_params("hierarchical", 4, 4, 1.5e10, 1.25e9)
+        bound = np.asarray(wire_lower_bound(bounded, m))[:, 0]
+        assert (np.asarray(allreduce_time(m, *collective_cost(free)))[:, 0][1:] < bound[1:]).all()
+        got = np.asarray(allreduce_time(m, *collective_cost(bounded)))[:, 0]
+        assert (got >= bound * (1 - 1e-12)).all()
+        for algorithm in ALGORITHMS:
+            for n, g in SHAPES:
+                p = _bound_params(algorithm, n, g, 1.5e10, 1.25e9)
+                got = np.asarray(allreduce_time(m, *collective_cost(p)))[:, 0]
+                assert (got >= np.asarray(wire_lower_bound(p, m))[:, 0] * (1 - 1e-12)).all(), (algorithm, n, g)
+
+
+def test_bandwidth_never_grows_with_processes():
+    """A negative bandwidth_exponent (the old OSU fit's -0.71) acts as 0: a
+    large all-reduce never gets faster per byte as processes are added."""
+    import jax
+
+    with jax.enable_x64(True):
+        times = []
+        for n in (2, 4, 8, 16):
+            p = _bound_params("ring", n, 1, 1.5e10, 1.25e9, line_rates=False, **{"inter.bandwidth_exponent": -0.71})
+            latency, per_byte = collective_cost(p)[:2]
+            times.append(float(per_byte[0]) / (2 * (n - 1) / n))  # seconds per byte on the wire
+        assert times == pytest.approx([1 / 1.25e9] * 4, rel=1e-12)

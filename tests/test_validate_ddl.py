@@ -83,3 +83,35 @@ def test_quick_run_writes_table_and_predictions(tmp_path):
         doc = tomllib.loads((tmp_path / f"fit_{task}.toml").read_text())
         assert doc["gpu"]["name"] == "rtx2080ti" and set(doc["fit"]["fitted"]) == set(vd.FIT)
         assert doc["inter"]["bandwidth"] > 0 and doc["inter"]["large_bandwidth"] > 0
+
+
+def test_data_and_base_arguments(tmp_path):
+    """--data and --base: the same study on any file in the 10GbE file's format."""
+    vd = module()
+    base = tmp_path / "base.toml"
+    base.write_text('gpu = "v100"\n')
+    args = vd.arguments(["--data", str(tmp_path / "other.csv"), "--base", str(base), "--out", str(tmp_path / "o")])
+    assert args.data == tmp_path / "other.csv" and args.base == base and (tmp_path / "o").is_dir()
+    assert vd.arguments(["--out", str(tmp_path)]).data == vd.DATA
+
+
+@needs_data
+@pytest.mark.slow
+def test_quick_run_on_a_copy_with_another_base(tmp_path):
+    """A subset of the file, written elsewhere, with a base naming other links:
+    the fit files carry the base, the table the in-sample and interval columns."""
+    vd = module()
+    with open(DATA, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["dnn"] == "resnet50"]
+    copy = tmp_path / "subset.csv"
+    with open(copy, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    base = tmp_path / "base.toml"
+    base.write_text(vd.BASE.replace('inter = "10gbe"', 'inter = "25gbe"'))
+    out = tmp_path / "out"
+    assert vd.main(["--quick", "--data", str(copy), "--base", str(base), "--out", str(out)]) == 0
+    doc = tomllib.loads((out / "fit_scale_out.toml").read_text())
+    assert doc["inter"]["name"] == "25gbe" and doc["inter"]["line_rate"] == 3.125e9
+    assert "in-sample median" in (out / "table.md").read_text()

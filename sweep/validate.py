@@ -1,0 +1,270 @@
+"""Out-of-sample validation against naive baselines (`ssgd-sweep validate`).
+
+    ssgd-sweep validate DATA.csv --fit KEY [--fit KEY ...] [--base SPEC.toml]
+        --split gpus|method|rows|size|KEY [--folds K] [--cut X] [--reference LABEL]
+        [--min-gpus N] [--format csv|nccl-tests|nccl-tests-csv|osu] [-o OUT.csv] [--table OUT.md]
+
+DATA is a `calibrate` CSV (scenario-key columns, targets, `message_bytes`),
+plus optionally a free-text `method` column naming each row's method. Each
+fold fits the keys on its training rows exactly as `calibrate` does and
+predicts its held-out rows as `predict` does (with the 90 % interval); the
+errors are relative, |predicted / measured - 1|.
+
+Splits (the held-out rows of each fold):
+- `gpus`: scale-out. Fold i trains on rows with at most c workers (nodes x
+  gpus_per_node) and predicts the rows with more, for the K largest cuts c
+  that leave at least two trained counts (`--cut` names one).
+- `method`: cross-method. One fit on the reference method's rows (`--reference`,
+  else the method with the most rows), a fold per other method. A row's
+  method is its `method` cell, else its values of `METHOD_KEYS`.
+- `rows`: K-fold over rows (seeded shuffle, default K = 5).
+- `size`: trains on messages up to `--cut` bytes (default 1 MiB) and
+  predicts the larger ones.
+- any scenario key (e.g. `nodes`): leave one value out, a fold per value.
+`--min-gpus N` keeps only held-out rows with at least N workers.
+
+The naive baseline of every held-out observation is the nearest training
+observation of the same target: same method, then the fewest other differing
+keys, then the nearest worker count and message size (in log). Its value is
+scaled as a ruler would: throughput linearly with the workers (linear
+scaling from the largest trained GPU count), all-reduce time linearly with
+the message size (the nearest size's bandwidth), iteration time unchanged.
+For `method` this is "same as the reference method"; for `gpus` "linear
+from the largest trained GPU count"; for `size` "the nearest measured size".
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from sweep import calibrate as cal
+from sweep.schema import KEYS, SpecError, canonical
+
+SPLITS = ("gpus", "method", "rows", "size")
+METHOD_KEYS = ("strategy", "algorithm", "ps.pipelined", "ps.servers", "bucket_bytes", "preset")
+LABEL = "method"
+LEVEL = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class Fold:
+    name: str
+    train: tuple[int, ...]  # row indices
+    test: tuple[int, ...]
+
+
+@dataclasses.dataclass
+class FoldResult:
+    fold: Fold
+    fit: object  # calibrate.FitResult
+    records: list  # dicts, one per held-out observation
+
+
+def workers(row: cal.Row) -> int:
+    return int(row.point.get("nodes", 1)) * int(row.point.get("gpus_per_node", 1))
+
+
+def method_of(row: cal.Row) -> str:
+    label = row.cells.get(LABEL, "").strip()
+    if label:
+        return label
+    return ",".join(f"{k}={row.point[k]}" for k in METHOD_KEYS if k in row.point) or "(default)"
+
+
+def make_folds(rows: list[cal.Row], split: str, folds: int | None = None, cut: float | None = None,
+               reference: str | None = None, min_gpus: int | None = None, seed: int = 0) -> list[Fold]:
+    """The folds of a split (module docstring)."""
+    everyone = range(len(rows))
+
+    def held(indices):
+        return tuple(i for i in indices if min_gpus is None or workers(rows[i]) >= min_gpus)
+
+    out: list[Fold] = []
+    if split == "gpus":
+        counts = sorted({workers(r) for r in rows})
+        if cut is not None:
+            cuts = [cut]
+        else:
+            cuts = counts[1:-1][::-1][:folds or len(counts)]
+        for c in cuts:
+            train = tuple(i for i in everyone if workers(rows[i]) <= c)
+            test = held(i for i in everyone if workers(rows[i]) > c)
+            out.append(Fold(f"fit <= {c:g} GPUs, predict more", train, test))
+    elif split == "method":
+        methods = [method_of(r) for r in rows]
+        names = sorted(set(methods), key=lambda m: (-methods.count(m), m))
+        ref = reference if reference is not None else names[0]
+        if ref not in names:
+            raise SpecError("--reference", ref, f"no such method in the data; methods: {', '.join(names)}")
+        train = tuple(i for i in everyone if methods[i] == ref)
+        for name in [m for m in dict.fromkeys(methods) if m != ref]:
+            out.append(Fold(f"fit {ref}, predict {name}", train, held(i for i in everyone if methods[i] == name)))
+    elif split == "rows":
+        k = folds or 5
+        order = np.random.default_rng(seed).permutation(len(rows))
+        for j in range(k):
+            test = set(order[j::k].tolist())
+            out.append(Fold(f"rows fold {j + 1}/{k}", tuple(i for i in everyone if i not in test),
+                            held(sorted(test))))
+    elif split == "size":
+        limit = 1 << 20 if cut is None else cut
+        sized = [r.message_bytes for r in rows]
+        if any(m is None for m in sized):
+            raise SpecError("--split", split, "every row needs message_bytes")
+        out.append(Fold(f"fit <= {limit:g} bytes, predict larger",
+                        tuple(i for i in everyone if sized[i] <= limit),
+                        held(i for i in everyone if sized[i] > limit)))
+    else:
+        key = canonical(split)
+        if key not in KEYS:
+            raise SpecError("--split", split, f"choose {', '.join(SPLITS)} or a scenario key")
+        values = [r.point.get(key, KEYS[key].default) for r in rows]
+        for value in dict.fromkeys(values):
+            out.append(Fold(f"leave out {split} = {value}", tuple(i for i in everyone if values[i] != value),
+                            held(i for i in everyone if values[i] == value)))
+    out = [f for f in out if f.train and f.test]
+    if not out:
+        raise SpecError("--split", split, "leaves no fold with both training and held-out rows")
+    return out
+
+
+def _comparable(row: cal.Row) -> dict:
+    skip = set(METHOD_KEYS) | {"nodes", "gpus_per_node"}
+    return {k: v for k, v in row.point.items() if k not in skip}
+
+
+def naive(train: list[cal.Row], row: cal.Row, target: str) -> float:
+    """The ruler's prediction of `row`'s `target` from the nearest training
+    observation (module docstring); NaN when no training row has the target."""
+    best, best_score = None, None
+    mine, method = _comparable(row), method_of(row)
+    for other in train:
+        if other.targets.get(target) is None:
+            continue
+        theirs = _comparable(other)
+        differ = sum(mine.get(k) != theirs.get(k) for k in set(mine) | set(theirs))
+        distance = abs(math.log(workers(other) / workers(row)))
+        if row.message_bytes and other.message_bytes:
+            distance += abs(math.log(other.message_bytes / row.message_bytes))
+        score = (method_of(other) != method, differ, distance)
+        if best_score is None or score < best_score:
+            best, best_score = other, score
+    if best is None:
+        return math.nan
+    value = best.targets[target]
+    if target == "throughput":
+        return value * workers(row) / workers(best)
+    if target == "allreduce_time" and row.message_bytes and best.message_bytes:
+        return value * row.message_bytes / best.message_bytes
+    return value
+
+
+def run_fold(rows: list[cal.Row], fold: Fold, fitted: list[str], base: dict, options: cal.Options,
+             label: str = "") -> FoldResult:
+    train = [rows[i] for i in fold.train]
+    result = cal.fit(train, fitted, base, options)
+    doc = cal.fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
+    values = {**result.line_rates, **result.values}
+    test = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
+                                                                    if k not in rows[i].given}})
+            for i in fold.test]
+    targets = [t for t in cal.TARGETS if any(r.targets.get(t) is not None for r in test)]
+    predicted = cal.predict_rows(test, targets, doc["fit"], LEVEL)
+    records = []
+    for j, (i, row) in enumerate(zip(fold.test, test)):
+        for target in targets:
+            measured = row.targets.get(target)
+            if measured is None:
+                continue
+            value = predicted[target][j]
+            baseline = naive(train, row, target)
+            records.append({
+                "fold": fold.name, "line": row.line, "method": method_of(row), "workers": workers(row),
+                "message_bytes": row.message_bytes, "target": target, "measured": measured,
+                "predicted": value, "low": predicted[f"{target}_low"][j], "high": predicted[f"{target}_high"][j],
+                "naive": baseline, "model_error": abs(value / measured - 1),
+                "naive_error": abs(baseline / measured - 1),
+                "inside": bool(predicted[f"{target}_low"][j] <= measured <= predicted[f"{target}_high"][j]),
+            })
+    return FoldResult(fold, result, records)
+
+
+def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, split: str = "rows",
+             folds: int | None = None, cut: float | None = None, reference: str | None = None,
+             min_gpus: int | None = None, options: cal.Options = cal.Options(), log=None,
+             fmt: str | None = None) -> list[FoldResult]:
+    """Every fold's fit and held-out records."""
+    fitted = cal.expand_fit(fit_keys)
+    base = cal.read_base(base_path)
+    try:
+        with open(data, newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+    except (OSError, UnicodeDecodeError):
+        header = []  # read_rows says what is wrong
+    labels = (LABEL,) if LABEL in [h.strip() for h in header] else ()
+    _, rows, odd = cal.load_rows(data, dict(base), labels=labels, fmt=fmt)
+    if log and odd:
+        log(f"left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
+    out = []
+    for fold in make_folds(rows, split, folds, cut, reference, min_gpus, options.seed):
+        if log:
+            log(f"{fold.name}: fitting {len(fold.train)} rows, predicting {len(fold.test)}")
+        out.append(run_fold(rows, fold, fitted, base, options, f"{data}: {fold.name}"))
+    return out
+
+
+# ----------------------------------------------------------------------------- reports
+
+
+def pct(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{100 * x:.1f} %"
+
+
+def summary_rows(results: list[FoldResult]) -> list[list]:
+    """Per fold and for all held-out observations together: rows, in-sample
+    median and max, model and naive median and max, interval coverage."""
+    out = []
+    pooled = [r for f in results for r in f.records]
+    for name, fit, records in [(f.fold.name, f.fit, f.records) for f in results] + [("all folds", None, pooled)]:
+        if not records:
+            continue
+        m = np.array([r["model_error"] for r in records])
+        n = np.array([r["naive_error"] for r in records])
+        inside = np.mean([r["inside"] for r in records])
+        fits = [f.fit for f in results] if fit is None else [fit]
+        ins_med = np.median([x.median_relative_error for x in fits])
+        ins_max = max(x.max_relative_error for x in fits)
+        out.append([name, len(records), pct(ins_med), pct(ins_max), pct(np.median(m)), pct(m.max()),
+                    pct(np.nanmedian(n)), pct(np.nanmax(n)), pct(inside)])
+    return out
+
+
+HEADER = ["fold", "held out", "in-sample median", "in-sample max", "model median", "model max",
+          "naive median", "naive max", f"{int(100 * LEVEL)} % interval coverage"]
+
+
+def markdown(results: list[FoldResult]) -> str:
+    from sweep.report import markdown_table
+
+    return markdown_table(HEADER, summary_rows(results))
+
+
+RECORD_COLUMNS = ("fold", "line", "method", "workers", "message_bytes", "target", "measured", "predicted",
+                  "low", "high", "naive", "model_error", "naive_error", "inside")
+
+
+def records_csv(results: list[FoldResult]) -> str:
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(RECORD_COLUMNS)
+    for f in results:
+        for r in f.records:
+            writer.writerow(["" if r[c] is None else (repr(float(r[c])) if isinstance(r[c], float) else r[c])
+                             for c in RECORD_COLUMNS])
+    return text.getvalue()

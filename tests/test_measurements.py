@@ -1,0 +1,155 @@
+"""calibrate reads nccl-tests and OSU output as the tools print it (issue 8, item 5)."""
+from __future__ import annotations
+
+import csv
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sweep.measurements import detect, read_measurements
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
+
+NCCL = """\
+# nThread 1 nGpus 1 minBytes 8 maxBytes 8388608 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  41017 on      nodeA device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid  41018 on      nodeA device  1 [0x0b] NVIDIA A100-SXM4-80GB
+#  Rank  2 Group  0 Pid  51017 on      nodeB device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  3 Group  0 Pid  51018 on      nodeB device  1 [0x0b] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+nodeA:41017:41017 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>
+           8             2     float     sum      -1    95.31    0.00    0.00      0    30.12    0.00    0.00      0
+          16             4     float     sum      -1    30.40    0.00    0.00      0    30.33    0.00    0.00      0
+          32             8     float     sum      -1    30.52    0.00    0.00      0    30.41    0.00    0.00      0
+          64            16     float     sum      -1    31.05    0.00    0.00      0    30.98    0.00    0.00      0
+         128            32     float     sum      -1    80.00    0.00    0.00      0    31.20    0.00    0.00      0
+         256            64     float     sum      -1    31.70    0.01    0.01      0    31.66    0.01    0.01      0
+     1048576        262144     float     sum      -1    210.5    4.98    7.47      0    209.9    5.00    7.49      0
+     8388608       2097152     float     sum      -1   1240.1    6.76   10.15      0   1238.7    6.77   10.16      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 2.1
+"""
+
+# nccl-tests before 2.0: no root column, an `error` column instead of #wrong, no device lines here
+NCCL_OLD = """\
+# nThread 1 nGpus 8 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+#                                                     out-of-place                       in-place
+#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2   float     sum    39.61    0.00    0.00  0e+00    39.41    0.00    0.00  0e+00
+          16             4   float     sum    39.28    0.00    0.00  0e+00    39.36    0.00    0.00  0e+00
+     1048576        262144   float     sum    98.33   10.66   18.66  0e+00    97.48   10.76   18.83  0e+00
+"""
+
+OSU = """\
+# OSU MPI Allreduce Latency Test v5.4.0
+# Size       Avg Latency(us)
+4                      31.92
+8                      32.20
+16                     32.38
+1048576              1839.14
+"""
+
+
+def test_nccl_tests_text(tmp_path):
+    path = tmp_path / "allreduce.txt"
+    path.write_text(NCCL)
+    assert detect(path) == "nccl-tests"
+    rows, odd, fmt = read_measurements(path, {})
+    # layout from the device lines: 4 ranks on 2 hosts
+    assert {(r["nodes"], r["gpus_per_node"]) for r in rows} == {(2, 2)}
+    # the warm-up row (95 us, 3x the next) and the 128-byte spike are reported, not fitted
+    assert [a.message_bytes for a in odd] == [8, 128]
+    assert "warm-up" in odd[0].reason and "outlier" in odd[1].reason
+    assert [r["message_bytes"] for r in rows] == [16, 32, 64, 256, 1048576, 8388608]
+    assert rows[-1]["allreduce_time"] == pytest.approx(1240.1e-6)  # out-of-place time, not busbw
+
+
+def test_old_nccl_tests_text_needs_the_layout(tmp_path):
+    path = tmp_path / "old.txt"
+    path.write_text(NCCL_OLD)
+    assert detect(path) == "nccl-tests"
+    with pytest.raises(ValueError, match="nodes"):
+        read_measurements(path, {})
+    rows, odd, _ = read_measurements(path, {"nodes": 1, "gpus_per_node": 8})
+    assert [r["allreduce_time"] for r in rows] == pytest.approx([39.61e-6, 39.28e-6, 98.33e-6]) and not odd
+
+
+def test_osu_text_takes_the_processes_from_the_base(tmp_path):
+    path = tmp_path / "osu.txt"
+    path.write_text(OSU)
+    assert detect(path) == "osu"
+    rows, _, _ = read_measurements(path, {"nodes": 4, "gpus_per_node": 1})
+    assert [(r["message_bytes"], r["nodes"]) for r in rows][-1] == (1048576, 4)
+    assert rows[0]["allreduce_time"] == pytest.approx(31.92e-6)
+
+
+def test_calibrate_and_predict_read_benchmark_output(tmp_path, cli):
+    path = tmp_path / "allreduce.txt"
+    path.write_text(NCCL)
+    base = tmp_path / "base.toml"
+    base.write_text('inter = "100gbe"\n')
+    fit = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", path, "--base", base, "--fit", "inter.alpha", "--fit", "inter.bandwidth",
+                         "-o", fit, "--starts", 2, "--steps", 300)
+    assert status == 0, err
+    assert "left out of the fit as anomalous (2)" in err and "warm-up" in err
+    doc = tomllib.loads(fit.read_text())
+    assert doc["fit"]["rows"] == 6 and len(doc["fit"]["excluded"]) == 2
+    assert doc["inter"]["bandwidth"] <= 12.5e9  # 100gbe's line rate bounds the fit
+    out = tmp_path / "pred.csv"
+    status, _, err = cli("predict", fit, path, "-o", out)
+    assert status == 0, err
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 6 and all(float(r["predicted_allreduce_time_low"]) < float(r["predicted_allreduce_time"])
+                                  < float(r["predicted_allreduce_time_high"]) for r in rows)
+
+
+def test_osu_without_processes_exits_2(tmp_path, cli):
+    path = tmp_path / "osu.txt"
+    path.write_text(OSU)
+    status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
+    assert status == 2 and "nodes" in err and not (tmp_path / "f.toml").exists()
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"nccl-tests tables not available: {DATA} is absent")
+def test_every_nccl_tests_table_reads():
+    tables = sorted(DATA.glob("*.csv"))
+    assert len(tables) == 23
+    for path in tables:
+        assert detect(path) == "nccl-tests-csv", path.name
+        rows, odd, _ = read_measurements(path, {})
+        assert len(rows) + len(odd) >= 11, path.name
+        assert all(r["nodes"] * r["gpus_per_node"] >= 2 for r in rows)
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"nccl-tests tables not available: {DATA} is absent")
+@pytest.mark.slow
+def test_validate_nccl_quick_run(tmp_path):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("validate_nccl", root / "experiments" / "validate_nccl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "table.md").read_text()
+    assert "aws_p5_2x8_efa" in table and "(c) across rank counts" in table and "alpha only" in table
+
+
+def test_validate_takes_a_format(tmp_path, cli):
+    path = tmp_path / "osu.txt"
+    path.write_text(OSU.replace("# OSU MPI Allreduce Latency Test v5.4.0\n", ""))  # no banner: not detected
+    base = tmp_path / "base.toml"
+    base.write_text("nodes = 2\ngpus_per_node = 1\n")
+    status, _, err = cli("validate", path, "--base", base, "--fit", "inter.alpha", "--split", "size", "--cut", 20,
+                         "--format", "osu", "--starts", 1, "--steps", 100)
+    assert status == 0, err
