@@ -2,20 +2,22 @@
 
 Every function returns the bytes each slot sends, [S, C]: a bucket's bytes sit
 on the slot of its last layer in backward order, every other slot sends 0.
-They are views of `kernels.channel.comm_channel`, which forms the buckets and
+They are views of `kernels.channel.policy_channel`, which forms the buckets and
 runs the FIFO channel in one scan.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from kernels.channel import comm_channel
+from kernels.channel import policy_channel
+from kernels.collectives import CollectiveCost
 from kernels.codes import BSP, FUSION, MGWFBP
 
 
 def bucket_bytes(strategy, slot_bytes, slot_ready, threshold, latency, per_byte):
     """Bytes sent per slot [S, C] for each configuration's strategy code."""
-    return comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte)[0]
+    return policy_channel(strategy, threshold, slot_bytes, slot_ready, CollectiveCost(latency, per_byte, None),
+                          want_sent=True)[1]
 
 
 def _code(code, like):

@@ -1,4 +1,4 @@
-"""The communication channel: bucket formation and FIFO all-reduces, in one scan.
+"""A policy channel: bucket formation and FIFO collectives, in one scan.
 
 Slots are walked in backward order. Each slot adds its layer's gradient bytes
 to the open bucket; the configuration's strategy decides whether the bucket
@@ -12,9 +12,9 @@ is sent now (DESIGN 2.3):
           startup latency a merge saves.
 A sent bucket starts when both it and the channel are ready and lasts
 `kernels.collectives.piecewise_time` of its bytes: latency + per_byte * bytes,
-plus the protocol steps of the link model when given. Times are measured from
-the start of the backward pass, so the same scan serves every unrolled
-iteration. For fitting, `temperature` makes the start time a smooth max and
+plus the protocol steps of the link model when given. `kernels.program`
+passes times relative to a per-configuration base (max-plus is
+shift-invariant), so per-slot constants stay constants. For fitting, `temperature` makes the start time a smooth max and
 `width` the protocol steps smooth (`kernels.smooth`).
 
 Per-slot inputs are [S, C] or [S, 1] (broadcast over configurations): the
@@ -30,31 +30,32 @@ from kernels.collectives import piecewise_time
 from kernels.smooth import maximum
 
 
-def comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte,
-                 bytes_scale=1.0, ready_scale=1.0, return_sent=True, steps=None,
-                 temperature=None, width=None, fixed_buckets=False):
-    """(sent [S, C] or None, channel finish [C], channel busy time [C]).
+def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=1.0, bytes_scale=1.0,
+                   want_slots=False, want_sent=False, temperature=None, width=None, fixed_buckets=False):
+    """(finish [S, C] or None, sent [S, C] or None, channel finish [C], busy time [C]).
 
-    `sent` holds each bucket's bytes on the slot that releases it, 0 elsewhere;
-    the channel finish is when the last all-reduce ends (0 if none is sent).
-    Slot bytes and ready times are multiplied by `bytes_scale` and
-    `ready_scale` ([C] or scalars) inside the scan, so per-slot constants
-    never need to be materialised per configuration. `steps`
-    (`kernels.collectives.Steps`) adds the link's protocol regimes to the
-    affine cost; MG-WFBP's merge rule keeps the affine `latency` as the
-    startup latency a merge saves. With `fixed_buckets` (a static promise
-    that every strategy is bsp or wfbp, whose buckets do not depend on
-    timing), the channel is evaluated in closed form instead of a scan.
+    `slot_bytes` [S, 1] or [S, C] and `ready` [S, 1] or [S, C] are each
+    slot's gradient bytes and the time its inputs are ready, multiplied by
+    `bytes_scale` and `ready_scale` ([C] or scalars) inside the scan so that
+    per-slot constants are never materialised per configuration. `cost` is a
+    `kernels.collectives.CollectiveCost`. A slot's finish is when the
+    channel is free after it (a slot that sends nothing takes no time: it
+    finishes when it starts); `sent` holds each bucket's bytes on the slot
+    that sends it, 0 elsewhere. With `fixed_buckets` (a static promise that
+    every strategy is bsp or wfbp, whose buckets do not depend on timing)
+    and only the channel finish wanted, the channel has a closed form.
     """
-    if fixed_buckets and steps is None and temperature is None and not return_sent:
-        return (None, *fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte,
-                                            bytes_scale, ready_scale))
+    latency, per_byte, steps = cost
+    if fixed_buckets and steps is None and temperature is None and not (want_slots or want_sent):
+        return (None, None, *fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte,
+                                                  bytes_scale, ready_scale))
     num_slots = slot_bytes.shape[0]
-    shape = jnp.broadcast_shapes(slot_bytes.shape[1:], slot_ready.shape[1:], jnp.shape(latency),
+    shape = jnp.broadcast_shapes(slot_bytes.shape[1:], ready.shape[1:], jnp.shape(latency),
                                  jnp.shape(strategy), jnp.shape(bytes_scale), jnp.shape(ready_scale),
-                                 jnp.shape(per_byte), jnp.shape(steps.breaks)[1:] if steps is not None else ())
-    dtype = slot_bytes.dtype
-    next_ready = jnp.concatenate([slot_ready[1:], slot_ready[-1:]], axis=0)
+                                 jnp.shape(per_byte), jnp.shape(threshold),
+                                 jnp.shape(steps.breaks)[1:] if steps is not None else ())
+    dtype = jnp.result_type(slot_bytes, ready, latency)
+    next_ready = jnp.concatenate([ready[1:], ready[-1:]], axis=0)
     is_last = jnp.arange(num_slots) == num_slots - 1
 
     # The strategy rules as loop-invariant thresholds, so the scan body is the
@@ -71,48 +72,49 @@ def comm_channel(strategy, slot_bytes, slot_ready, threshold, latency, per_byte,
 
     def step(carry, xs):
         held, free, busy = carry
-        add, ready, ready_next, last = xs
+        add, ready_now, ready_next, last = xs
         held = held + add * bytes_scale
-        start = maximum(ready * ready_scale, free, temperature)
+        start = maximum(ready_now * ready_scale, free, temperature)
         send = (always | last) | (held >= fill_threshold) | (ready_next * ready_scale - start >= wait_threshold)
-        cost = jnp.where(send & (held > 0), piecewise_time(held, latency, per_byte, steps, width), 0.0)
-        free = jnp.where(send, start + cost, free)
+        duration = jnp.where(send & (held > 0), piecewise_time(held, latency, per_byte, steps, width), 0.0)
         sent = jnp.where(send, held, 0.0)
-        return (held - sent, free, busy + cost), (sent if return_sent else None)
+        finish = start + duration
+        return (held - sent, finish, busy + duration), (finish if want_slots else None, sent if want_sent else None)
 
     zeros = jnp.zeros(shape, dtype)
-    (_, finish, busy), sent = jax.lax.scan(step, (zeros, zeros, zeros),
-                                           (slot_bytes, slot_ready, next_ready, is_last))
-    return sent, finish, busy
+    (_, last, busy), (finish, sent) = jax.lax.scan(step, (zeros, jnp.full(shape, -inf), zeros),
+                                                   (slot_bytes, ready, next_ready, is_last))
+    return finish, sent, last, busy
 
 
-def fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0):
+def fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0):
     """(channel finish [C], busy time [C]) for bsp and wfbp in closed form.
 
     wfbp sends every slot: the FIFO recurrence c_s = max(c_{s-1}, r_s) + d_s
     unrolls to c = max_s (r_s + sum_{j >= s} d_j), and with d_j = latency +
     per_byte * bytes_j for non-empty slots the suffix sums are per-slot
     constants: a running maximum of affine terms, one carry instead of the
-    general scan's three. bsp sends one bucket of everything when the last
-    slot is ready.
+    general scan's three. bsp sends one bucket of everything from the last
+    slot, which starts once every slot's input is ready.
     """
     nonempty = (slot_bytes > 0).astype(slot_bytes.dtype)
     count_after = jnp.cumsum(nonempty[::-1], axis=0)[::-1]
     bytes_after = jnp.cumsum(slot_bytes[::-1], axis=0)[::-1]
 
     def running_max(best, xs):
-        ready, count, nbytes = xs
-        return jnp.maximum(best, ready * ready_scale + latency * count + per_byte * bytes_scale * nbytes), None
+        ready_now, count, nbytes = xs
+        return jnp.maximum(best, ready_now * ready_scale + latency * count + per_byte * bytes_scale * nbytes), None
 
     # A scan with one carry: a reduction over [S, C] does not fuse on the CPU,
     # and an unrolled chain makes XLA's compile explode for deep models.
-    shape = jnp.broadcast_shapes(slot_ready.shape[1:], jnp.shape(latency), jnp.shape(per_byte),
+    shape = jnp.broadcast_shapes(ready.shape[1:], jnp.shape(latency), jnp.shape(per_byte),
                                  jnp.shape(bytes_scale), jnp.shape(ready_scale))
-    start = jnp.full(shape, -jnp.inf, slot_ready.dtype)
-    wfbp_finish, _ = jax.lax.scan(running_max, start, (slot_ready, count_after, bytes_after))
+    start = jnp.full(shape, -jnp.inf, jnp.result_type(latency, ready_scale))
+    wfbp_finish, _ = jax.lax.scan(running_max, start, (ready, count_after, bytes_after))
     total = bytes_after[0] * bytes_scale
     bsp_busy = jnp.where(total > 0, latency + per_byte * total, 0.0)
     wfbp_busy = latency * count_after[0] + per_byte * total
     is_wfbp = strategy == WFBP
-    finish = jnp.where(is_wfbp, wfbp_finish, slot_ready[-1] * ready_scale + bsp_busy)
+    latest = jnp.max(ready, axis=0) * ready_scale  # ready_scale >= 0
+    finish = jnp.where(is_wfbp, wfbp_finish, latest + bsp_busy)
     return finish, jnp.where(is_wfbp, wfbp_busy, bsp_busy)

@@ -194,9 +194,11 @@ def _pipelined(a, b):
     return levels[0][0], levels[0][1], steps
 
 
-def collective_cost(p) -> CollectiveCost:
-    """The piecewise cost of one all-reduce for every configuration; affine
-    (no `steps`) when `p` holds none of the links' extension fields."""
+def _two_phases(p):
+    """(phase A, phase B, per-call overhead) of one all-reduce: A is the flat
+    algorithm, or the intra phase of hierarchical and ps; B the inter phase
+    of hierarchical (ring on M/g) and ps (push/pull to S servers), zero for
+    flat algorithms. A phase is (latency, per_byte, ((break, latency, per_byte) x 2))."""
     n, g, workers, log2p = p["nodes"], p["gpus_per_node"], p["workers"], p["log2_workers"]
     intra, inter = link(p, "intra"), link(p, "inter")
     multi_node = n > 1
@@ -205,7 +207,6 @@ def collective_cost(p) -> CollectiveCost:
     algorithm = p["algorithm"]
     one = jnp.ones_like(workers)
 
-    # Phase A: the flat algorithm, or the intra phase of hierarchical and ps.
     flat_steps = jnp.where(algorithm == RING, 2 * (workers - 1), 2 * log2p)
     flat_volume = jnp.where(algorithm == TREE, 2 * log2p, 2 * share)
     two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
@@ -217,30 +218,26 @@ def collective_cost(p) -> CollectiveCost:
     a = _phase(_select(two_level, intra, flat_link), jnp.where(two_level, g, workers),
                jnp.where(two_level, 2 * (g - 1), flat_steps),
                jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
-    # Phase B: the inter phase of hierarchical (ring on M/g) and ps (push/pull to S servers).
     is_ps = algorithm == PS
     b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
                jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p["servers"]), 2 * (n - 1) / n),
                jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p["servers"], n), floor_b)
     on_b = jnp.where(two_level, 1.0, 0.0)
     b = (on_b * b[0], on_b * b[1], tuple((brk, on_b * lat, on_b * byte) for brk, lat, byte in b[2]))
-
-    latency = a[0] + b[0]
+    overhead = 0.0
     if "inter_overhead" in p or "intra_overhead" in p:
-        latency = latency + jnp.where(multi_node, p.get("inter_overhead", 0.0), p.get("intra_overhead", 0.0))
-    per_byte = a[1] + b[1]
-    breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
-    step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]
-    step_byte = [a[2][0][2], a[2][1][2], b[2][0][2], b[2][1][2]]
-    if "ps_pipelined" in p:  # BytePS-style: partitions stream through both phases
-        pipelined = is_ps & (p["ps_pipelined"] > 0)
-        lat_p, byte_p, steps_p = _pipelined(a, b)
-        latency = jnp.where(pipelined, lat_p, latency)
-        per_byte = jnp.where(pipelined, byte_p, per_byte)
-        breaks = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[0], breaks)]
-        step_lat = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[1], step_lat)]
-        step_byte = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[2], step_byte)]
-    single = workers <= 1
+        overhead = jnp.where(multi_node, p.get("inter_overhead", 0.0), p.get("intra_overhead", 0.0))
+    return a, b, overhead
+
+
+def _has_extensions(p) -> bool:
+    return any(f"{table}_{name}" in p for table in ("intra", "inter") for name in LINK_FIELDS[2:])
+
+
+def _finish(p, latency, per_byte, breaks, step_lat, step_byte) -> CollectiveCost:
+    """Zero on one worker; affine (no steps) with plain alpha-beta links,
+    whose steps are all zero."""
+    single = p["workers"] <= 1
 
     def zero(x):
         return jnp.where(single, 0.0, x)
@@ -248,12 +245,74 @@ def collective_cost(p) -> CollectiveCost:
     def stack(xs):  # parameters may be [1] (broadcasting) or [C]
         return jnp.stack(jnp.broadcast_arrays(*xs))
 
-    if not any(f"{table}_{name}" in p for table in ("intra", "inter") for name in LINK_FIELDS[2:]):
-        return CollectiveCost(zero(latency), zero(per_byte), None)  # plain alpha-beta links: affine
-    # (with plain links the steps are all zero, and pipelining leaves the cost affine)
+    if not _has_extensions(p):
+        return CollectiveCost(zero(latency), zero(per_byte), None)
     return CollectiveCost(zero(latency), zero(per_byte),
-                          Steps(stack(breaks), stack([zero(x) for x in step_lat]),
-                                stack([zero(x) for x in step_byte])))
+                          Steps(stack(breaks), stack([zero(x) for x in step_lat]), stack([zero(x) for x in step_byte])))
+
+
+def collective_cost(p) -> CollectiveCost:
+    """The piecewise cost of one all-reduce for every configuration; affine
+    (no `steps`) when `p` holds none of the links' extension fields."""
+    a, b, overhead = _two_phases(p)
+    latency = a[0] + b[0] + overhead
+    per_byte = a[1] + b[1]
+    breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
+    step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]
+    step_byte = [a[2][0][2], a[2][1][2], b[2][0][2], b[2][1][2]]
+    if "ps_pipelined" in p:  # BytePS-style: partitions stream through both phases
+        pipelined = (p["algorithm"] == PS) & (p["ps_pipelined"] > 0)
+        lat_p, byte_p, steps_p = _pipelined(a, b)
+        latency = jnp.where(pipelined, lat_p + overhead, latency)
+        per_byte = jnp.where(pipelined, byte_p, per_byte)
+        breaks = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[0], breaks)]
+        step_lat = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[1], step_lat)]
+        step_byte = [jnp.where(pipelined, x, y) for x, y in zip(steps_p[2], step_byte)]
+    return _finish(p, latency, per_byte, breaks, step_lat, step_byte)
+
+
+def scaled_cost(cost: CollectiveCost, factor) -> CollectiveCost:
+    """`cost` with every latency and per-byte term times `factor` (breaks kept)."""
+    steps = None if cost.steps is None else Steps(cost.steps.breaks, cost.steps.latency * factor,
+                                                  cost.steps.per_byte * factor)
+    return CollectiveCost(cost.latency * factor, cost.per_byte * factor, steps)
+
+
+def stage_costs(p) -> dict:
+    """Lazily evaluated costs of the collectives a DAG's comm tasks name
+    (`sweep.dag.COMM_COSTS`): the all-reduce; its reduce-scatter and
+    all-gather halves (each half the steps and half the volume of the
+    chosen algorithm); and the three pipelined stages of hierarchical
+    all-reduce: intra reduce-scatter and all-gather (halves of phase A) and
+    the inter all-reduce (phase B), which carries the per-call overhead."""
+    def phase(which: str) -> CollectiveCost:
+        a, b, overhead = _two_phases(p)
+        ph = a if which == "a" else b
+        extra = overhead if which == "b" else 0.0
+        return _finish(p, ph[0] + extra, ph[1], [ph[2][0][0], ph[2][1][0]], [ph[2][0][1], ph[2][1][1]],
+                       [ph[2][0][2], ph[2][1][2]])
+
+    makers = {
+        "allreduce": lambda: collective_cost(p),
+        "reduce_scatter": lambda: scaled_cost(collective_cost(p), 0.5),
+        "all_gather": lambda: scaled_cost(collective_cost(p), 0.5),
+        "intra_reduce_scatter": lambda: scaled_cost(phase("a"), 0.5),
+        "intra_all_gather": lambda: scaled_cost(phase("a"), 0.5),
+        "inter_allreduce": lambda: phase("b"),
+    }
+    return _Lazy(makers)
+
+
+class _Lazy(dict):
+    """A dict whose values are made on first access (tracing builds only what a program uses)."""
+
+    def __init__(self, makers):
+        super().__init__()
+        self._makers = makers
+
+    def __missing__(self, key):
+        value = self[key] = self._makers[key]()
+        return value
 
 
 def allreduce_cost(p):

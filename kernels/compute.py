@@ -28,32 +28,24 @@ def compute_scales(total_flops, total_params, p):
     return forward * scale, backward * scale, update * scale
 
 
-def compute_profile(dag, p):
-    """(forward work [L], backward work [L], forward s/unit [C], backward s/unit [C], update [C]).
+def compute_profile(forward_total, backward_total, total_params, traced: bool, p):
+    """(forward s/unit [C], backward s/unit [C], update [C]) for a DAG whose
+    compute tasks carry work in units (`sweep.compiler.CompiledDag`).
 
-    Without a trace the work of a layer is its forward FLOPs per sample and
-    the scales come from `compute_scales`. With measured per-layer times
-    (`dag.layer_forward_time`, `dag.layer_backward_time`, seconds, from
-    `compute.trace`) the work is those seconds and the scale is 1, or, with a
-    measured single-GPU throughput, the factor that makes one GPU's
-    forward + backward + update take exactly B / measured_throughput.
+    Without a trace a unit is a forward FLOP per sample and the scales come
+    from `compute_scales`. With measured per-layer times (`compute.trace`) a
+    unit is a second and the scale is 1, or, with a measured single-GPU
+    throughput, the factor that makes one GPU's forward + backward + update
+    take exactly B / measured_throughput. `*_total` are one micro-batch's
+    units.
     """
-    forward_time = getattr(dag, "layer_forward_time", None)
-    if forward_time is None:
-        forward, backward, update = compute_scales(dag.layer_flops.sum(), dag.total_params, p)
-        return dag.layer_flops, dag.layer_flops, forward, backward, update
-    backward_time = dag.layer_backward_time
-    update = p["update_bytes_per_param"] * dag.total_params / p["memory_bandwidth"]
+    if not traced:
+        return compute_scales(forward_total, total_params, p)
+    update = p["update_bytes_per_param"] * total_params / p["memory_bandwidth"]
     measured = p["measured_throughput"]
-    modelled = forward_time.sum() + backward_time.sum() + update
+    modelled = forward_total + backward_total + update
     scale = jnp.where(measured > 0, p["batch_size"] / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
-    return forward_time, backward_time, scale, scale, update * scale
-
-
-def layer_times(layer_flops, total_params, p):
-    """(forward [L, C], backward [L, C], update [C]) in seconds."""
-    forward, backward, update = compute_scales(layer_flops.sum(), total_params, p)
-    return layer_flops[:, None] * forward, layer_flops[:, None] * backward, update
+    return scale, scale, update * scale
 
 
 def input_times(p):

@@ -1,27 +1,22 @@
 """One steady-state S-SGD iteration for every configuration (DESIGN 2.3, 2.4).
 
 `p` maps parameter names to [C] arrays (see `PARAMS`); `dag` is a
-`sweep.compiler.CompiledDag` (a pytree of arrays shared by all configurations).
-
-Two evaluations of the same DAG live here:
-- `iteration_outputs`, used by sweeps, reduces the DAG by its streams. Within
-  an iteration every time is a fixed offset from the end of the forward pass:
-  the backward chain is a prefix sum and the comm channel one scan over slots
-  (`kernels.channel`). Across iterations only io, h2d, forward start and
-  update remain, a K-step recursion. This is exact, and costs one short scan
-  over [C] vectors instead of a pass over every task.
-- `task_durations` + `steady_iteration_time` build the full duration table and
-  run the general level-array longest path (`kernels.critical_path`); explain
-  and the tests use it, and it is the path for DAGs of any other shape.
+`sweep.compiler.CompiledDag`, whose lowered program (`sweep.lowering`) is
+the DAG of `sweep.dag` as the kernels run it. Every output here, for sweeps,
+fits, sensitivities and `explain`, comes from that one program:
+- contracted (an update barrier, input only at the iteration boundary): the
+  body of one iteration is evaluated once, as offsets from its entry, and
+  the K iterations are the input/update recursion of `steady_state`;
+- unrolled: every task of the K iterations, and the iteration time is
+  (F_K - F_1) / (K - 1) for the finish F_k of iteration k's exit.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from kernels.channel import comm_channel
-from kernels.collectives import LINK_FIELDS, allreduce_time, collective_cost
+from kernels.collectives import LINK_FIELDS, stage_costs
 from kernels.compute import compute_profile, input_times
-from kernels.critical_path import finish_times
+from kernels.program import Context, run_program
 from kernels.smooth import maximum
 
 PARAMS = (
@@ -44,63 +39,91 @@ OUTPUTS = (
 
 
 # Optional entries of `p` for fitting (absent in sweeps, so the hard max stays):
-#   max_temperature [C] s: smooth max in the channel and the recursion;
+#   max_temperature [C] s: smooth max in the program and the recursion;
 #   switch_width [C] ln bytes: smooth protocol steps (kernels.collectives).
 SMOOTHING = ("max_temperature", "switch_width")
 
 
-def slot_ready_flops(dag, backward_units=None):
-    """Backward work done when each slot's gradient is ready [S]: backward
-    runs from layer L down, so a slot waits for every layer >= its own.
-    Work is in FLOPs, or in the units of `backward_units` [L] when given."""
-    units = dag.layer_flops if backward_units is None else backward_units
-    return jnp.cumsum(units[::-1])[::-1][dag.slot_layer]
+def input_recursion(work, io, h2d, prefetch, iterations: int, temperature=None):
+    """Lists (I_k, E_k, U_k), k = 1..K, of the recursion
+
+        I_1 = io,  I_k = max(I_{k-1}, [no prefetch] U_{k-1}) + io
+        E_k = max(I_k + h2d, U_{k-1}),  U_k = E_k + work
+
+    which is what the DAG's input, entry and barrier edges give when one
+    iteration takes `work` from its entry's start (E_k) to its exit's finish
+    (U_k). `temperature` makes each max smooth (`kernels.smooth`).
+    """
+    reader, start, update = [io], [io + h2d], [io + h2d + work]
+    for _ in range(iterations - 1):
+        reader.append(maximum(reader[-1], jnp.where(prefetch > 0, 0.0, update[-1]), temperature) + io)
+        start.append(maximum(reader[-1] + h2d, update[-1], temperature))
+        update.append(start[-1] + work)
+    return reader, start, update
 
 
 def steady_state(work, io, h2d, prefetch, iterations: int, temperature=None):
-    """(U_K - U_1) / (K - 1) for update finish times U_k of the recursion
+    """(U_K - U_1) / (K - 1) of `input_recursion`."""
+    update = input_recursion(work, io, h2d, prefetch, iterations, temperature)[2]
+    return (update[-1] - update[0]) / (iterations - 1)
 
-        I_1 = io,  I_k = max(I_{k-1}, [no prefetch] U_{k-1}) + io
-        U_1 = I_1 + h2d + work,  U_k = max(I_k + h2d, U_{k-1}) + work
 
-    which is what the DAG's io, h2d and forward-start edges give when one
-    iteration's compute and communication take `work` from forward start to
-    update finish. `temperature` makes each max smooth (`kernels.smooth`).
-    """
-    reader = io
-    update = io + h2d + work
-    first = update
-    for _ in range(iterations - 1):
-        reader = maximum(reader, jnp.where(prefetch > 0, 0.0, update), temperature) + io
-        update = maximum(reader + h2d, update, temperature) + work
-    return (update - first) / (iterations - 1)
+def context(dag, p, fixed_buckets=False, free=False) -> Context:
+    """The per-configuration costs and switches a program run needs."""
+    forward, backward, update = compute_profile(dag.forward_total, dag.backward_total, dag.total_params,
+                                                dag.traced, p)
+    io, h2d = input_times(p)
+    compute = {"io": io, "h2d": h2d, "forward": forward, "backward": backward, "update": update,
+               "update_shard": update / p["workers"]}
+    temperature, width = (p.get(name) for name in SMOOTHING)
+    return Context(compute=compute, comm=stage_costs(p), grad_bytes=p["grad_bytes"], strategy=p["strategy"],
+                   threshold=p["bucket_bytes"], prefetch=p["prefetch"], temperature=temperature, width=width,
+                   fixed_buckets=fixed_buckets, free=free)
+
+
+def iteration_time(lowered, ctx: Context, work_override=None):
+    """Steady-state iteration time [C] and the program run."""
+    program = lowered.program
+    iterations = lowered.iterations
+    if lowered.mode == "contracted":
+        exit_row = program.row(lowered.exits[0])
+        run = None
+        if work_override is None:
+            run = run_program(program, ctx, keep=[exit_row])
+            work = run.finish(exit_row)
+        else:
+            work = work_override
+        io_task, h2d_task = (lowered.dag.tasks[t] for t in lowered.inputs[0])
+        io, h2d = io_task.coef * ctx.compute["io"], h2d_task.coef * ctx.compute["h2d"]
+        return steady_state(work, io, h2d, ctx.prefetch, iterations, ctx.temperature), run
+    exits = [program.row(t) for t in lowered.exits]
+    run = run_program(program, ctx, keep=exits)
+    return (run.finish(exits[-1]) - run.finish(exits[0])) / (iterations - 1), run
 
 
 def iteration_primaries(dag, p, fixed_buckets=False):
-    """Iteration time, single-GPU (free communication) time, and the busy
-    time of compute, communication and input, as [C] arrays."""
-    forward_units, backward_units, forward, backward, update = compute_profile(dag, p)
-    cost = collective_cost(p)
-    temperature, width = (p.get(name) for name in SMOOTHING)
-    _, channel_end, busy = comm_channel(
-        p["strategy"], dag.slot_params[:, None], slot_ready_flops(dag, backward_units)[:, None],
-        p["bucket_bytes"], cost.latency, cost.per_byte, bytes_scale=p["grad_bytes"], ready_scale=backward,
-        return_sent=False, steps=cost.steps, temperature=temperature, width=width, fixed_buckets=fixed_buckets)
+    """Iteration time, single-GPU (free communication) time, the busy time of
+    compute, communication and input, and the samples per step, as [C]
+    arrays. `fixed_buckets` (static) promises every strategy is bsp or wfbp."""
+    lowered = dag.lowered
+    ctx = context(dag, p, fixed_buckets)
+    t, run = iteration_time(lowered, ctx)
+    compute_time = sum(units * ctx.compute[cost] for cost, units in lowered.compute_units.items())
+    free_ctx = context(dag, p, fixed_buckets, free=True)
+    if lowered.mode == "contracted" and lowered.free_by_compute:
+        # With free communication the exit waits only for the compute chain.
+        t_free = iteration_time(lowered, free_ctx, work_override=compute_time)[0]
+    else:
+        t_free = iteration_time(lowered, free_ctx)[0]
+    busy = list(run.busy.values())
+    communication = busy[0] if len(busy) == 1 else (jnp.max(jnp.stack(jnp.broadcast_arrays(*busy)), axis=0)
+                                                    if busy else jnp.zeros_like(t))
     io, h2d = input_times(p)
-
-    forward_time = forward_units.sum() * forward
-    backward_time = backward_units.sum() * backward
-    compute_time = forward_time + backward_time + update
-    # The channel's overhang past the backward pass; an idle channel (P = 1,
-    # nothing to send) has none. Work is compute time plus the overhang and is
-    # evaluated in one call with it, so no overhang gives bit-identical times.
-    overhang = jnp.where(busy > 0, maximum(backward_time, channel_end, temperature) - backward_time, 0.0)
-    work = compute_time + overhang
-    iterations = dag.update_tasks.shape[0]
-    work, compute_time = jnp.broadcast_arrays(work, compute_time)
-    t, t_free_comm = steady_state(jnp.stack([work, compute_time]), io, h2d, p["prefetch"], iterations, temperature)
-    return {"iteration_time": t, "single_gpu_time": t_free_comm, "compute_time": compute_time,
-            "communication_time": busy, "io_time": io + h2d}
+    micro = dag.micro_batches
+    t, t_free, compute_time, communication = jnp.broadcast_arrays(t, t_free, compute_time, communication)
+    return {"iteration_time": t, "single_gpu_time": t_free, "compute_time": compute_time,
+            "communication_time": communication, "io_time": micro * (io + h2d),
+            "samples": micro * p["batch_size"]}
 
 
 def derived_outputs(primary, p):
@@ -114,12 +137,16 @@ def derived_outputs(primary, p):
     compute_time, busy, io_time = primary["compute_time"], primary["communication_time"], primary["io_time"]
     return {
         "iteration_time": t,
-        "throughput": p["workers"] * p["batch_size"] / t,
+        "throughput": p["workers"] * primary["samples"] / t,
         "speedup": p["workers"] * t_free_comm / t,
         "scaling_efficiency": t_free_comm / t,
         "compute_time": compute_time,
         "communication_time": busy,
-        "exposed_communication": t - t_free_comm,
+        # Both are longest paths of the same DAG, the second with zero-cost
+        # communication, so t >= t_free exactly and no communication means
+        # nothing exposed; the two run through different (equally exact)
+        # programs, so float32 rounding alone must not report exposed time.
+        "exposed_communication": jnp.where(busy > 0, jnp.maximum(t - t_free_comm, 0.0), 0.0),
         "io_time": io_time,
         "bottleneck": jnp.argmax(jnp.stack(jnp.broadcast_arrays(compute_time, busy, io_time)), axis=0)
         .astype(jnp.int32),
@@ -139,36 +166,47 @@ def iteration_outputs(dag, p, fixed_buckets=False):
     return derived_outputs(iteration_primaries(dag, p, fixed_buckets), p)
 
 
-def task_durations(dag, p):
-    """Per-iteration duration table [rows, C] (row layout: `duration_rows`)
-    and the bytes each comm slot sends [S, C]."""
-    forward_units, backward_units, forward_scale, backward_scale, update = compute_profile(dag, p)
-    forward = forward_units[:, None] * forward_scale
-    backward = backward_units[:, None] * backward_scale
-    io, h2d = input_times(p)
-    cost = collective_cost(p)
-    slot_bytes = dag.slot_params[:, None] * p["grad_bytes"][None, :]
-    ready_by_layer = jnp.cumsum(backward[::-1], axis=0)[::-1]
-    sent, _, _ = comm_channel(p["strategy"], slot_bytes, ready_by_layer[dag.slot_layer],
-                              p["bucket_bytes"], cost.latency, cost.per_byte, steps=cost.steps)
-    comm = allreduce_time(sent, *cost)
-    zero = jnp.zeros_like(io)
-    table = jnp.concatenate([io[None], h2d[None], forward, backward, comm, update[None], zero[None]])
-    return table, sent
+def schedule(dag, p):
+    """(finish [T, C], durations [T, C], sent {policy task id: [C]}) of every
+    task of the DAG, from the same program the sweep runs (for `explain`)."""
+    return lowered_schedule(dag.lowered, context(dag, p))
 
 
-def steady_iteration_time(dag, table, prefetch):
-    """(finish(update_K) - finish(update_1)) / (K - 1) over the level arrays."""
-    durations = table[dag.task_row]
-    switches = jnp.stack([jnp.ones_like(prefetch), 1.0 - prefetch])
-    finish = finish_times(dag.level_tasks, dag.level_preds, dag.level_switch, durations, switches)
-    updates = finish[dag.update_tasks]
-    return (updates[-1] - updates[0]) / (updates.shape[0] - 1)
+def lowered_schedule(lowered, ctx: Context):
+    """`schedule` for a lowered DAG and an evaluation context."""
+    program = lowered.program
+    run = run_program(program, ctx, want_all=True)
+    body_finish = run.all_finishes()
+    body_durations = jnp.concatenate([jnp.broadcast_to(d, (d.shape[0], *body_finish.shape[1:]))
+                                      for d in run.durations], axis=0)
+    sent_by_row = run.sent
+    num_tasks = len(lowered.dag.tasks)
+    if lowered.mode == "unrolled":
+        order = list(program.tasks)
+        sent = {program.tasks[r]: v for r, v in sent_by_row.items()}
+        return _reorder(body_finish, order, num_tasks), _reorder(body_durations, order, num_tasks), sent
+    exit_row = program.row(lowered.exits[0])
+    work = run.finish(exit_row)
+    io_task, h2d_task = (lowered.dag.tasks[t] for t in lowered.inputs[0])
+    io, h2d = io_task.coef * ctx.compute["io"], h2d_task.coef * ctx.compute["h2d"]
+    reader, start, _ = input_recursion(work, io, h2d, ctx.prefetch, lowered.iterations)
+    finishes, durations, order, sent = [], [], [], {}
+    for k in range(lowered.iterations):
+        shift = k * lowered.body_offset
+        io_id, h2d_id = lowered.inputs[k]
+        finishes += [reader[k][None], (reader[k] + h2d)[None], start[k] + body_finish]
+        durations += [jnp.broadcast_to(io, reader[k].shape)[None], jnp.broadcast_to(h2d, reader[k].shape)[None],
+                      body_durations]
+        order += [io_id, h2d_id, *(t + shift for t in program.tasks)]
+        sent.update({program.tasks[r] + shift: v for r, v in sent_by_row.items()})
+    finish = jnp.concatenate([jnp.broadcast_to(f, (f.shape[0], *body_finish.shape[1:])) for f in finishes])
+    duration = jnp.concatenate([jnp.broadcast_to(d, (d.shape[0], *body_finish.shape[1:])) for d in durations])
+    return _reorder(finish, order, num_tasks), _reorder(duration, order, num_tasks), sent
 
 
-def duration_rows(num_layers: int, num_slots: int) -> dict[str, int]:
-    """Row offsets of the per-iteration duration table:
-    [io, h2d, forward 1..L, backward 1..L, comm slot 1..S, update, zero]."""
-    return {"io": 0, "h2d": 1, "forward": 2, "backward": 2 + num_layers,
-            "comm": 2 + 2 * num_layers, "update": 2 + 2 * num_layers + num_slots,
-            "zero": 3 + 2 * num_layers + num_slots}
+def _reorder(values, order, num_tasks):
+    import numpy as np
+
+    position = np.empty(num_tasks, np.int64)
+    position[np.asarray(order)] = np.arange(len(order))
+    return values[position]

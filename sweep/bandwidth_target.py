@@ -11,16 +11,16 @@ reach the target (latency- or input-bound), the answer is "unreachable"
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 import xarray as xr
 
 from sweep import zoo
-from sweep.compiler import compile_zoo_model
+from sweep.compiler import compile_structure
 from sweep.evaluate import evaluate_params
 from sweep.params import grid_columns, kernel_params
+from sweep.plan import structural_groups
 from sweep.schema import KEYS, STRUCTURAL, SpecError
 from sweep.spec import Spec
 
@@ -83,21 +83,18 @@ def required_inter_bandwidth(spec: Spec, target: float = 0.9, steps: int = STEPS
 
 def _groups(spec: Spec):
     """(grid selector, parameter arrays, compiled DAG) per structural group
-    (model, seq_len, iterations), every other configuration in one block."""
-    group_axes = [i for i, a in enumerate(spec.axes) if a.key in STRUCTURAL]
+    (`sweep.plan.structural_groups`), every other configuration in one block."""
     inner_axes = [i for i, a in enumerate(spec.axes) if a.key not in STRUCTURAL]
     inner_shape = tuple(len(spec.axes[i].values) for i in inner_axes)
     size = math.prod(inner_shape)
     per_axis = np.unravel_index(np.arange(size), inner_shape) if inner_shape else ()
-    for group_index in itertools.product(*(range(len(spec.axes[i].values)) for i in group_axes)):
-        chosen = {spec.axes[i].key: spec.axes[i].values[j] for i, j in zip(group_axes, group_index)}
-        name = spec.value("model", chosen)
-        seq_len = spec.value("seq_len", chosen)
-        dag, _ = compile_zoo_model(name, seq_len, spec.value("iterations", chosen))
+    for structure, group in structural_groups(spec):
+        dag = compile_structure(structure)
         indices = {spec.axes[i].key: idx for i, idx in zip(inner_axes, per_axis)}
-        indices.update({spec.axes[i].key: np.full(size, j) for i, j in zip(group_axes, group_index)})
-        params = kernel_params(grid_columns(spec, indices, size), zoo.get_model(name, seq_len), size)
+        indices.update({spec.axes[i].key: np.full(size, j) for i, j in group.items()})
+        model = zoo.get_model(structure["model"], structure["seq_len"])
+        params = kernel_params(grid_columns(spec, indices, size), model, size)
         selector = [slice(None)] * len(spec.axes)
-        for i, j in zip(group_axes, group_index):
+        for i, j in group.items():
             selector[i] = j
         yield tuple(selector), params, dag

@@ -314,9 +314,7 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
             _check_point(row)
             buckets.setdefault(_structure(row.point), []).append(i)
     groups = []
-    import jax
-
-    from sweep.compiler import compile_zoo_model
+    from sweep.compiler import compile_structure
 
     for key, members in buckets.items():
         rows_here = [observations[i][0] for i in members]
@@ -340,11 +338,9 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
         if key == ("allreduce",):
             dag, scale = None, np.where(np.isnan(measured), 1.0, measured)
         else:
-            model, seq_len, iterations, trace = key
-            dag, _ = compile_zoo_model(model, seq_len, iterations, trace)
-            dag = jax.tree_util.tree_map(  # the fit runs in float64
-                lambda a: np.asarray(a, np.float64) if np.issubdtype(np.asarray(a).dtype, np.floating) else a, dag)
-            work = params["workers"] * params["batch_size"]
+            structure = dict(zip(STRUCTURAL, key))
+            dag = compile_structure(structure)  # its constants take the parameters' dtype (float64 here)
+            work = params["workers"] * params["batch_size"] * structure["accumulation"]
             scale = np.where(targets == 0, work / measured, measured)
             scale = np.where(np.isnan(scale), 1.0, scale)
         groups.append(Group(dag, params, source, targets, measured, message, scale, np.array(members)))

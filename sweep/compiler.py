@@ -1,13 +1,12 @@
-"""Compile a slotted DAG into dense level-ordered arrays for the kernels.
+"""Compile a model's DAG into the program the kernels run.
 
-Tasks are grouped by topological level (longest edge count from a source), so
-every task's predecessors lie in earlier levels. Each level is a row of task
-ids padded to the widest level; each task's predecessors are padded to the
-largest in-degree. Padding points at a sentinel task (index T) whose finish
-time stays 0, and since every finish time is >= 0 a padded predecessor never
-changes a max. Durations come from a per-iteration table whose rows are
-[io, h2d, forward 1..L, backward 1..L, comm slot 1..S, update, zero]; the
-table varies per configuration, the arrays here do not.
+`compile_model` builds the slotted DAG of `sweep.dag` for a model's layers
+and a `sweep.dag.Shape`, and lowers it (`sweep.lowering`): every
+configuration of the model and shape shares the result, which is why a sweep
+groups its configurations by the structural keys (`sweep.plan`). The
+`CompiledDag` is a pytree without array leaves: its program is static, so
+jit specialises on it (one compile per model and shape) and the program's
+per-task constants are baked into the kernel.
 """
 from __future__ import annotations
 
@@ -17,42 +16,30 @@ import functools
 import jax
 import numpy as np
 
-from kernels.iteration import duration_rows
 from sweep import zoo
-from sweep.dag import Dag, build_dag, slot_layers
+from sweep.dag import Dag, Shape, build_dag
+from sweep.lowering import Lowered, lower
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@functools.partial(jax.tree_util.register_dataclass, data_fields=[],
+                   meta_fields=["lowered", "forward_total", "backward_total", "total_params", "traced",
+                                "micro_batches"])
+@dataclasses.dataclass(frozen=True, eq=False)
 class CompiledDag:
-    level_tasks: np.ndarray  # [levels, width] int32, sentinel-padded
-    level_preds: np.ndarray  # [levels, width, max_preds] int32, sentinel-padded
-    level_switch: np.ndarray  # [levels, width, max_preds] int32: 0 always, 1 only without prefetch
-    task_row: np.ndarray  # [T + 1] int32: row of the duration table for each task (+ sentinel)
-    update_tasks: np.ndarray  # [K] int32: the update task of each iteration
-    layer_flops: np.ndarray  # [L] float32: forward FLOPs per sample
-    slot_layer: np.ndarray  # [S] int32: 0-based layer owning each comm slot, backward order
-    slot_params: np.ndarray  # [S] float32: parameters whose gradients that slot carries
-    total_params: np.ndarray  # [] float32
-    # Measured per-layer seconds (compute.trace), replacing FLOP-based times; None without a trace.
-    layer_forward_time: np.ndarray | None = None  # [L] float32
-    layer_backward_time: np.ndarray | None = None  # [L] float32
+    lowered: Lowered
+    forward_total: float  # one micro-batch's forward units (FLOPs per sample, or traced seconds)
+    backward_total: float
+    total_params: float
+    traced: bool  # units are measured seconds (compute.trace)
+    micro_batches: int
 
     @property
-    def num_tasks(self) -> int:
-        return self.task_row.shape[0] - 1
+    def dag(self) -> Dag:
+        return self.lowered.dag
 
-
-def levels(dag: Dag) -> list[list[int]]:
-    """Tasks grouped by longest distance (in edges) from a source."""
-    preds = dag.predecessors()
-    level = [0] * len(dag.tasks)
-    for t in topological_order(dag):
-        level[t] = max((level[s] + 1 for s, _ in preds[t]), default=0)
-    grouped: list[list[int]] = [[] for _ in range(max(level) + 1)]
-    for t, lv in enumerate(level):
-        grouped[lv].append(t)
-    return grouped
+    @property
+    def mode(self) -> str:
+        return self.lowered.mode
 
 
 def topological_order(dag: Dag) -> list[int]:
@@ -76,64 +63,41 @@ def topological_order(dag: Dag) -> list[int]:
     return order
 
 
-def level_arrays(dag: Dag) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(level_tasks, level_preds, level_switch) of any DAG, sentinel-padded."""
-    sentinel = len(dag.tasks)
-    groups = levels(dag)
-    preds = dag.predecessors()
-    width = max(len(g) for g in groups)
-    max_preds = max(1, max(len(p) for p in preds))
-    tasks = np.full((len(groups), width), sentinel, np.int32)
-    pred_ids = np.full((len(groups), width, max_preds), sentinel, np.int32)
-    switch = np.zeros((len(groups), width, max_preds), np.int32)
-    for lv, group in enumerate(groups):
-        for w, t in enumerate(group):
-            tasks[lv, w] = t
-            for j, (src, sw) in enumerate(preds[t]):
-                pred_ids[lv, w, j] = src
-                switch[lv, w, j] = sw
-    return tasks, pred_ids, switch
-
-
-def compile_model(layer_params, layer_flops, iterations: int) -> tuple[CompiledDag, Dag]:
-    """Compile the slotted DAG of a model (per-layer params and FLOPs)."""
-    layer_params = np.asarray(layer_params, np.int64)
-    slots = slot_layers(layer_params.tolist())
-    dag = build_dag(len(layer_params), slots, iterations)
-    rows = duration_rows(len(layer_params), len(slots))
-    task_row = np.empty(len(dag.tasks) + 1, np.int32)
-    for t in dag.tasks:
-        offset = t.slot if t.kind == "comm" else (t.layer - 1 if t.layer is not None else 0)
-        task_row[t.id] = rows[t.kind] + offset
-    task_row[-1] = rows["zero"]
-    level_tasks, level_preds, level_switch = level_arrays(dag)
-    compiled = CompiledDag(
-        level_tasks=level_tasks,
-        level_preds=level_preds,
-        level_switch=level_switch,
-        task_row=task_row,
-        update_tasks=np.array([t.id for t in dag.tasks if t.kind == "update"], np.int32),
-        layer_flops=np.asarray(layer_flops, np.float32),
-        slot_layer=np.array([l - 1 for l in slots], np.int32),
-        slot_params=layer_params[[l - 1 for l in slots]].astype(np.float32),
-        total_params=np.float32(layer_params.sum()),
-    )
-    return compiled, dag
+def compile_model(layer_params, forward_work, iterations: int, shape: Shape = Shape(),
+                  backward_work=None, traced: bool = False) -> CompiledDag:
+    """Build and lower the DAG of a model (per-layer parameters and work)."""
+    forward_work = np.asarray(forward_work, np.float64)
+    backward_work = forward_work if backward_work is None else np.asarray(backward_work, np.float64)
+    dag = build_dag([float(x) for x in layer_params], forward_work.tolist(), iterations, shape,
+                    backward_work.tolist())
+    return CompiledDag(lower(dag), float(forward_work.sum()), float(backward_work.sum()),
+                       float(np.sum(np.asarray(layer_params, np.float64))), traced, shape.accumulation)
 
 
 @functools.lru_cache(maxsize=64)
-def compile_zoo_model(name: str, seq_len: int | None, iterations: int,
-                      trace: str | None = None) -> tuple[CompiledDag, Dag]:
+def compile_zoo_model(name: str, seq_len: int | None, iterations: int, trace: str | None = None,
+                      shape: Shape = Shape()) -> CompiledDag:
     """Compiled DAG of a zoo model, cached: every chunk of a sweep shares it.
-    With `trace` (a `compute.trace` file) it carries the measured per-layer
-    forward and backward seconds (`sweep.layer_trace`)."""
+    With `trace` (a `compute.trace` file) the compute tasks carry the
+    measured per-layer forward and backward seconds (`sweep.layer_trace`)."""
     model = zoo.get_model(name, seq_len)
-    compiled, dag = compile_model([l.params for l in model.layers], [l.forward_flops for l in model.layers],
-                                  iterations)
-    if trace is not None:
-        from sweep.layer_trace import trace_times
+    params = [l.params for l in model.layers]
+    if trace is None:
+        return compile_model(params, [l.forward_flops for l in model.layers], iterations, shape)
+    from sweep.layer_trace import trace_times
 
-        forward, backward = trace_times(trace, name, seq_len)
-        compiled = dataclasses.replace(compiled, layer_forward_time=np.asarray(forward, np.float32),
-                                       layer_backward_time=np.asarray(backward, np.float32))
-    return compiled, dag
+    forward, backward = trace_times(trace, name, seq_len)
+    return compile_model(params, forward, iterations, shape, backward, traced=True)
+
+
+def shape_of(structure: dict) -> Shape:
+    """The DAG shape of a group's structural keys (`sweep.schema.STRUCTURAL`)."""
+    return Shape(update=structure.get("update") or "barrier", pipelined=bool(structure.get("hierarchical.pipelined")),
+                 zero=int(structure.get("zero") or 0), accumulation=int(structure.get("accumulation") or 1))
+
+
+def compile_structure(structure: dict) -> CompiledDag:
+    """The compiled DAG every configuration of a structural group shares:
+    the one entry point for sweeps, fits and the bandwidth target."""
+    return compile_zoo_model(structure["model"], structure.get("seq_len"), structure["iterations"],
+                             structure.get("compute.trace"), shape_of(structure))

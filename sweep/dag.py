@@ -1,22 +1,52 @@
-"""The task graph of K unrolled S-SGD iterations (DESIGN 2.3).
+"""The task graph of K unrolled S-SGD iterations (DESIGN 2.3, 2.5).
 
-`build_dag` makes the *slotted* DAG that every configuration of a model shares:
-one comm slot per layer that holds parameters (plus layer 1, where a `bsp`
-bucket is released), chained FIFO in backward order. A configuration's buckets
-decide which slots carry bytes; the rest last zero seconds and change nothing.
-`concretize` drops those empty slots and the disabled input edge, giving the
-DAG of one configuration that `explain` prints.
+This file is the model's schedule: every ordering rule of an iteration is an
+edge here, and nowhere else. `sweep.lowering` derives the program the kernels
+run from these tasks and edges.
+
+A task has a `cost` (a row of the per-configuration cost table, see
+`COSTS`) and a `coef` (its units of that cost), and may sit on a `resource`
+that runs its tasks one at a time in id order (FIFO: `build_dag` adds the
+edge from the resource's previous task). Gradient communication is *slotted*:
+one comm task per layer that holds parameters (plus layer 1, where a `bsp`
+bucket is released), in backward order. The first channel's slots form
+buckets by the configuration's strategy (`policy`); the stages after it
+(pipelined hierarchical all-reduce) carry what their `ref` slot sent
+(`follow`). A slot that sends nothing lasts zero seconds. Some edges exist
+only in some configurations (`switch`): without input prefetch, or only
+when a slot sends (or holds) its bucket; `concretize` resolves them.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 
-KINDS = ("io", "h2d", "forward", "backward", "comm", "update")
+KINDS = ("io", "h2d", "forward", "backward", "comm", "gather", "update", "join", "exit")
 
-# Edge switches: an edge is either always present or only without input prefetch.
+# Cost rows (`kernels.program`): compute and input scale with `coef`; the
+# communication rows are collective costs of `coef` * gradient bytes.
+COMPUTE_COSTS = ("io", "h2d", "forward", "backward", "update", "update_shard")
+COMM_COSTS = ("allreduce", "reduce_scatter", "all_gather",
+              "intra_reduce_scatter", "inter_allreduce", "intra_all_gather")
+COSTS = COMPUTE_COSTS + COMM_COSTS
+
+# Edge switches. 0 and 1 are fixed; 2 + 2 * ref + rule gates an edge on what
+# slot `ref` (a policy task) did in the configuration.
 ALWAYS = 0
 NO_PREFETCH = 1
+IF_SENDS = 0  # the slot sends its bucket
+IF_HOLDS = 1  # the slot sends nothing: its gradients ride with a later slot
+
+UPDATES = ("barrier", "layerwise")
+
+
+def switch_of(rule: int, ref: int) -> int:
+    return 2 + 2 * ref + rule
+
+
+def switch_rule(switch: int) -> tuple[int, int]:
+    """(rule, ref) of a slot switch (>= 2)."""
+    return (switch - 2) % 2, (switch - 2) // 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,13 +54,23 @@ class Task:
     id: int
     kind: str
     iteration: int  # 1..K
-    layer: int | None  # 1..L for forward/backward/comm, else None
-    slot: int | None = None  # comm slot index in backward order (comm only)
+    layer: int | None = None  # 1..L for forward, backward, comm, gather and layerwise update
+    slot: int | None = None  # comm slot in backward order
+    resource: str | None = None  # FIFO resource ("compute", "channel", ...), None: none
+    cost: str | None = None  # row of COSTS, None: zero seconds
+    coef: float = 0.0  # units of `cost`: work, parameters (bytes / gradient bytes) or a share
+    policy: str | None = None  # "policy": forms buckets; "follow": sends what `ref` sent
+    ref: int | None = None  # follow: the policy task whose bucket this stage carries
+    micro: int = 1  # micro-batch (gradient accumulation)
+    before: str | None = None  # a ZeRO-3 all-gather: the kind of compute task it feeds
 
     @property
     def name(self) -> str:
         where = f"[{self.layer}]" if self.layer is not None else ""
-        return f"{self.kind}{where}@{self.iteration}"
+        where += f">{self.before}" if self.before else ""
+        micro = f".{self.micro}" if self.micro > 1 else ""
+        stage = f"/{self.resource.split('.', 1)[1]}" if self.kind == "comm" and "." in self.resource else ""
+        return f"{self.kind}{stage}{where}{micro}@{self.iteration}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,82 +85,191 @@ class Dag:
         return preds
 
 
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The structural keys of DESIGN 2.5 that change the DAG."""
+    update: str = "barrier"  # "barrier" | "layerwise"
+    pipelined: bool = False  # hierarchical all-reduce as three pipelined stages
+    zero: int = 0  # ZeRO stage 0..3
+    accumulation: int = 1  # micro-batches per step
+
+    def __post_init__(self):
+        if self.update not in UPDATES:
+            raise ValueError(f"update must be one of {UPDATES}, not {self.update!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3, not {self.zero!r}")
+        if self.accumulation < 1:
+            raise ValueError(f"accumulation must be >= 1, not {self.accumulation!r}")
+        if self.zero and (self.pipelined or self.update != "barrier"):
+            raise ValueError("zero > 0 combines only with update = 'barrier' and no pipelined stages")
+
+
 def slot_layers(layer_params: Sequence[int]) -> tuple[int, ...]:
     """Layers (1-based) that own a comm slot, in backward order.
 
     Every layer with parameters, and layer 1 always: `bsp` sends its single
     bucket after the backward of layer 1 even when layer 1 has no parameters.
     """
-    owners = [l for l in range(len(layer_params), 0, -1) if layer_params[l - 1] > 0 or l == 1]
-    return tuple(owners)
+    return tuple(l for l in range(len(layer_params), 0, -1) if layer_params[l - 1] > 0 or l == 1)
 
 
-def build_dag(num_layers: int, slots: Sequence[int], iterations: int) -> Dag:
-    """The slotted DAG of `iterations` unrolled iterations for `num_layers` layers."""
+def build_dag(layer_params: Sequence[float], forward_work: Sequence[float], iterations: int,
+              shape: Shape = Shape(), backward_work: Sequence[float] | None = None) -> Dag:
+    """The slotted DAG of `iterations` unrolled iterations.
+
+    `forward_work` and `backward_work` are each layer's units of the forward
+    and backward cost (FLOPs per sample, or measured seconds); backward
+    defaults to forward (the backward cost row carries the ratio).
+    """
+    num_layers = len(layer_params)
+    backward_work = forward_work if backward_work is None else backward_work
+    total_params = float(sum(layer_params))
+    slots = slot_layers(layer_params)
+    slot_of_layer = {layer: s for s, layer in enumerate(slots)}
     tasks: list[Task] = []
     edges: list[tuple[int, int, int]] = []
+    last_on: dict[str, int] = {}
 
-    def add(kind: str, k: int, layer: int | None = None, slot: int | None = None) -> int:
-        tasks.append(Task(len(tasks), kind, k, layer, slot))
-        return len(tasks) - 1
+    def add(kind, k, *, resource=None, after=(), **fields) -> int:
+        task = Task(len(tasks), kind, k, resource=resource, **fields)
+        tasks.append(task)
+        if resource is not None and resource in last_on:  # FIFO order on the resource
+            edges.append((last_on[resource], task.id, ALWAYS))
+        if resource is not None:
+            last_on[resource] = task.id
+        edges.extend((src, task.id, ALWAYS) for src in after)
+        return task.id
 
-    prev_io = prev_update = None
+    zero = shape.zero
+    grad_cost = "reduce_scatter" if zero else ("intra_reduce_scatter" if shape.pipelined else "allreduce")
+    update_cost = "update_shard" if zero else "update"
+    micro = shape.accumulation
+    prev_exit = None
+    prev_updates: dict[int, int] = {}  # layerwise: slot -> update task of the previous iteration
     for k in range(1, iterations + 1):
-        io = add("io", k)
-        if prev_io is not None:
-            edges.append((prev_io, io, ALWAYS))
-            edges.append((prev_update, io, NO_PREFETCH))
-        h2d = add("h2d", k)
-        edges.append((io, h2d, ALWAYS))
+        first = len(tasks)
+        # Input: the step's micro-batches are read and copied at the iteration boundary.
+        io = add("io", k, resource="input", cost="io", coef=float(micro))
+        if prev_exit is not None:
+            edges.append((prev_exit, io, NO_PREFETCH))
+        h2d = add("h2d", k, cost="h2d", coef=float(micro), after=(io,))
+        entry = [h2d] + ([prev_exit] if prev_exit is not None and shape.update == "barrier" else [])
 
-        fwd = [add("forward", k, l) for l in range(1, num_layers + 1)]
-        edges.append((h2d, fwd[0], ALWAYS))
-        if prev_update is not None:
-            edges.append((prev_update, fwd[0], ALWAYS))
-        edges += [(fwd[i], fwd[i + 1], ALWAYS) for i in range(num_layers - 1)]
+        # Compute, micro-batch by micro-batch: forward 1..L then backward L..1.
+        order = [(kind, l, m) for m in range(1, micro + 1)
+                 for kind, layers in (("forward", range(1, num_layers + 1)), ("backward", range(num_layers, 0, -1)))
+                 for l in layers]
+        compute: list[int] = []
+        backward_of: dict[int, int] = {}
+        for i, (kind, layer, m) in enumerate(order):
+            after = list(entry) if i == 0 else []
+            if kind == "forward" and m == 1 and layer in slot_of_layer and shape.update == "layerwise":
+                if prev_updates:
+                    after.append(prev_updates[slot_of_layer[layer]])
+            if zero == 3 and layer_params[layer - 1] > 0:
+                # Gather this layer's parameters, issued when the task before it starts.
+                issue = compute[i - 2] if i >= 2 else None
+                gather_after = [issue] if issue is not None else list(entry)
+                after.append(add("gather", k, resource="channel.gather", cost="all_gather",
+                                 coef=float(layer_params[layer - 1]), layer=layer, micro=m, before=kind,
+                                 after=gather_after))
+            work = forward_work if kind == "forward" else backward_work
+            task = add(kind, k, resource="compute", cost=kind, coef=float(work[layer - 1]),
+                       layer=layer, micro=m, after=after)
+            compute.append(task)
+            if kind == "backward" and m == micro:
+                backward_of[layer] = task
+        last_backward = compute[-1]
 
-        bwd = {l: add("backward", k, l) for l in range(num_layers, 0, -1)}
-        edges.append((fwd[-1], bwd[num_layers], ALWAYS))
-        edges += [(bwd[l], bwd[l - 1], ALWAYS) for l in range(num_layers, 1, -1)]
+        # Gradient communication, after the last micro-batch's backward.
+        if zero == 1:  # one reduce-scatter of every gradient after backward
+            done = [add("comm", k, resource="channel", cost="reduce_scatter", coef=total_params,
+                        after=(last_backward,))]
+            policy_tasks = None
+        else:
+            policy_tasks = [add("comm", k, resource="channel", cost=grad_cost, coef=float(layer_params[l - 1]),
+                                layer=l, slot=s, policy="policy", after=(backward_of[l],))
+                            for s, l in enumerate(slots)]
+            last_stage = policy_tasks
+            if shape.pipelined:
+                for resource, cost in (("channel.inter", "inter_allreduce"), ("channel.intra", "intra_all_gather")):
+                    last_stage = [add("comm", k, resource=resource, cost=cost, coef=float(layer_params[l - 1]),
+                                      layer=l, slot=s, policy="follow", ref=policy_tasks[s], after=(last_stage[s],))
+                                  for s, l in enumerate(slots)]
+            done = [last_stage[-1]]
 
-        prev_comm = None
-        for s, layer in enumerate(slots):
-            comm = add("comm", k, layer, s)
-            edges.append((bwd[layer], comm, ALWAYS))
-            if prev_comm is not None:
-                edges.append((prev_comm, comm, ALWAYS))
-            prev_comm = comm
+        # Update.
+        if shape.update == "barrier":
+            update = add("update", k, resource="compute", cost=update_cost, coef=1.0, after=done)
+            sinks = [update]
+            if zero in (1, 2):  # all-gather the updated shards
+                sinks = [add("gather", k, resource="channel.gather", cost="all_gather", coef=total_params,
+                             after=(update,))]
+        else:
+            # The bucket carrying slot s's gradient is done when the first sending
+            # slot s' >= s has finished its last stage: a join chain, back to front.
+            joins: dict[int, int] = {}
+            for s in range(len(slots) - 1, -1, -1):
+                after_join = [(last_stage[s], switch_of(IF_SENDS, policy_tasks[s]))]
+                if s + 1 < len(slots):
+                    after_join.append((joins[s + 1], switch_of(IF_HOLDS, policy_tasks[s])))
+                joins[s] = add("join", k, slot=s, layer=slots[s])
+                edges.extend((src, joins[s], switch) for src, switch in after_join)
+            prev_updates = {s: add("update", k, resource="optimizer", cost="update",
+                                   coef=float(layer_params[l - 1]) / total_params if total_params else 0.0,
+                                   layer=l, slot=s, after=(joins[s],))
+                            for s, l in enumerate(slots)}
+            sinks = [last_backward, *prev_updates.values()]
+        exit_task = add("exit", k, after=sinks)
+        _check_exit(tasks, edges, first, exit_task)
+        prev_exit = exit_task
+    return Dag(tuple(tasks), tuple(dict.fromkeys(edges)))
 
-        update = add("update", k)
-        edges.append((bwd[1], update, ALWAYS))
-        if prev_comm is not None:
-            edges.append((prev_comm, update, ALWAYS))
-        prev_io, prev_update = io, update
-    return Dag(tuple(tasks), tuple(edges))
+
+def _check_exit(tasks, edges, first, exit_task):
+    """Every task of the iteration must precede its exit (F_k is its finish)."""
+    succs = {t: [] for t in range(first, exit_task + 1)}
+    for src, dst, _ in edges:
+        if first <= src and dst <= exit_task:
+            succs[src].append(dst)
+    for t in range(first, exit_task):
+        if not succs[t]:
+            raise AssertionError(f"{tasks[t].name} has no successor in its iteration: add it to the exit")
 
 
-def concretize(dag: Dag, slot_sends: Sequence[bool], prefetch: bool) -> tuple[Dag, list[int]]:
-    """The DAG of one configuration: empty comm slots removed, input edges fixed.
+def concretize(dag: Dag, slot_sends, prefetch: bool) -> tuple[Dag, list[int]]:
+    """The DAG of one configuration: switches resolved, and the tasks that
+    last zero seconds by construction (slots that send nothing, the stages
+    following them, joins and exits) removed. A removed task's successors
+    inherit its enabled predecessors, which keeps every path length.
+    `slot_sends` maps policy task ids to whether they send. Returns the new
+    DAG and, for each new task, the id it had in `dag`."""
+    def enabled(switch: int) -> bool:
+        if switch == ALWAYS:
+            return True
+        if switch == NO_PREFETCH:
+            return not prefetch
+        rule, ref = switch_rule(switch)
+        return bool(slot_sends[ref]) == (rule == IF_SENDS)
 
-    A removed slot's successors inherit its comm predecessor, which keeps every
-    path length: the slot lasted zero seconds, and its backward predecessor is
-    already implied, since each successor (a later comm, or update) waits for
-    a later backward. Returns the new DAG and, for each new task, the id it
-    had in `dag`.
-    """
-    keep = [t.kind != "comm" or bool(slot_sends[t.slot]) for t in dag.tasks]
+    def removed(t: Task) -> bool:
+        if t.kind in ("join", "exit"):
+            return True
+        if t.policy == "policy":
+            return not slot_sends[t.id]
+        return t.policy == "follow" and not slot_sends[t.ref]
+
+    keep = [not removed(t) for t in dag.tasks]
     preds = dag.predecessors()
-
-    def live_preds(task_id: int, comm_only: bool = False) -> set[int]:
+    live: list[set[int]] = []
+    for t in dag.tasks:  # ids are topological
         out: set[int] = set()
-        for src, switch in preds[task_id]:
-            if (switch == NO_PREFETCH and prefetch) or (comm_only and dag.tasks[src].kind != "comm"):
-                continue
-            out |= {src} if keep[src] else live_preds(src, comm_only=True)
-        return out
-
+        for src, switch in preds[t.id]:
+            if enabled(switch):
+                out |= {src} if keep[src] else live[src]
+        live.append(out)
     old_ids = [t.id for t in dag.tasks if keep[t.id]]
     new_id = {old: new for new, old in enumerate(old_ids)}
-    tasks = tuple(dataclasses.replace(dag.tasks[old], id=new_id[old]) for old in old_ids)
-    edges = tuple(sorted((new_id[src], new_id[old], ALWAYS) for old in old_ids for src in live_preds(old)))
+    tasks = tuple(dataclasses.replace(dag.tasks[old], id=new_id[old], ref=None) for old in old_ids)
+    edges = tuple(sorted((new_id[src], new_id[old], ALWAYS) for old in old_ids for src in live[old]))
     return Dag(tasks, edges), old_ids

@@ -17,7 +17,7 @@ import numpy as np
 
 from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
 from sweep import zoo
-from sweep.compiler import compile_zoo_model
+from sweep.compiler import compile_structure
 from sweep.devices import Devices, visible_devices
 from sweep.params import kernel_params
 from sweep.plan import Plan
@@ -113,7 +113,7 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 def _dispatch(spec, plan, chunk, devices):
     s = chunk.structure
     model = zoo.get_model(s["model"], s["seq_len"])
-    dag, _ = compile_zoo_model(s["model"], s["seq_len"], s["iterations"], s.get("compute.trace"))
+    dag = compile_structure(s)
     columns, sampled = plan.columns(chunk)
     params = kernel_params(columns, model, chunk.padded, compact=True)
     tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))

@@ -1,28 +1,29 @@
 """One configuration in full: every task's timing, the critical path, a breakdown.
 
-Durations come from the kernels, evaluated in float64; the schedule comes from
-the independent NumPy evaluator (`sweep.reference`) on the configuration's own
-DAG (empty comm slots removed), so `explain` also cross-checks the kernels.
+Every time comes from the same compiled program the sweep runs
+(`kernels.iteration.schedule`), evaluated in float64. The document lists the
+configuration's own DAG (`sweep.dag.concretize`: switches resolved, empty
+slots, joins and exits removed) and its edges, resource order included, so
+an independent longest path over them reproduces every start and finish.
 """
 from __future__ import annotations
-
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from kernels.codes import ALGORITHMS, BOTTLENECKS, STRATEGIES
-from kernels.iteration import iteration_outputs, task_durations
-from sweep import reference, zoo
-from sweep.compiler import compile_zoo_model
+from kernels.iteration import iteration_outputs, schedule
+from sweep import zoo
+from sweep.compiler import compile_structure
 from sweep.dag import concretize
 from sweep.params import point_params
+from sweep.plan import structure_of
 from sweep.spec import Spec, SpecError
 
-
-_durations = jax.jit(task_durations)
+_schedule = jax.jit(schedule)
 _outputs = jax.jit(iteration_outputs)
+PHASES = ("io", "h2d", "forward", "backward", "comm", "gather", "update")
 
 
 def single_point(spec: Spec) -> dict[str, object]:
@@ -35,42 +36,41 @@ def single_point(spec: Spec) -> dict[str, object]:
 def explain(spec: Spec) -> dict:
     """The JSON document of DESIGN 4 for a single-configuration spec."""
     point = single_point(spec)
+    structure = structure_of(spec, point)
     name = point["model"]
-    seq_len = spec.value("seq_len", point)
-    iterations = spec.value("iterations", point)
-    model = zoo.get_model(name, seq_len)
-    trace = spec.value("compute.trace", point)
-    compiled, dag = compile_zoo_model(name, seq_len, iterations, trace)
+    model = zoo.get_model(name, structure["seq_len"])
+    compiled = compile_structure(structure)
     params = point_params(point, model, np.float64)
-    # Model data in float64 too, straight from the zoo (the compiled copy is float32).
-    slot_params = np.array([model.layers[l].params for l in compiled.slot_layer], np.float64)
-    compiled = dataclasses.replace(
-        compiled, layer_flops=np.array([l.forward_flops for l in model.layers], np.float64),
-        slot_params=slot_params, total_params=np.float64(model.params))
-    if trace is not None:
-        from sweep.layer_trace import trace_times
-
-        forward, backward = trace_times(trace, name, seq_len)
-        compiled = dataclasses.replace(compiled, layer_forward_time=np.asarray(forward, np.float64),
-                                       layer_backward_time=np.asarray(backward, np.float64))
-
     with jax.enable_x64(True):
         p64 = {k: jnp.asarray(v) for k, v in params.items()}
-        table, sent = _durations(compiled, p64)
+        finish, durations, sent = _schedule(compiled, p64)
         outputs = {k: np.asarray(v)[0] for k, v in _outputs(compiled, p64).items()}
-    table = np.asarray(table)[:, 0]
-    sent = np.asarray(sent)[:, 0]
+    finish = np.asarray(finish)[:, 0]
+    durations = np.asarray(durations)[:, 0]
+    sent = {t: float(np.asarray(v)[0]) for t, v in sent.items()}
     prefetch = bool(params["prefetch"][0])
+    dag = compiled.dag
+    exits = [t.id for t in dag.tasks if t.kind == "exit"]
+    iteration_time = (finish[exits[-1]] - finish[exits[0]]) / (len(exits) - 1)
 
-    concrete, old_ids = concretize(dag, sent > 0, prefetch)
-    durations = table[compiled.task_row[old_ids]]
-    start, finish = reference.schedule(concrete, durations)
-    path = reference.critical_path(concrete, start, finish)
-    updates = [t.id for t in concrete.tasks if t.kind == "update"]
-    iteration_time = (finish[updates[-1]] - finish[updates[0]]) / (len(updates) - 1)
+    concrete, old_ids = concretize(dag, {t: v > 0 for t, v in sent.items()}, prefetch)
+    finish, durations = finish[old_ids], durations[old_ids]
+    preds: list[list[int]] = [[] for _ in concrete.tasks]
+    for src, dst, _ in concrete.edges:
+        preds[dst].append(src)
+    start = np.array([max((finish[s] for s in preds[t]), default=0.0) for t in range(len(concrete.tasks))])
+    grad_bytes = float(params["grad_bytes"][0])
+
+    def bytes_of(old):
+        task = dag.tasks[old]
+        if task.policy == "policy":
+            return sent[old]
+        if task.policy == "follow":
+            return sent[task.ref]
+        return task.coef * grad_bytes if task.kind in ("comm", "gather") else None
 
     tasks = []
-    for t in concrete.tasks:
+    for t, old in zip(concrete.tasks, old_ids):
         tasks.append({
             "id": t.id,
             "name": t.name,
@@ -78,16 +78,17 @@ def explain(spec: Spec) -> dict:
             "iteration": t.iteration,
             "layer": t.layer,
             "layer_name": model.layers[t.layer - 1].name if t.layer is not None else None,
-            "bytes": float(sent[dag.tasks[old_ids[t.id]].slot]) if t.kind == "comm" else None,
+            "resource": t.resource,
+            "bytes": bytes_of(old),
             "duration": float(durations[t.id]),
             "start": float(start[t.id]),
             "finish": float(finish[t.id]),
         })
     first = [t for t in tasks if t["iteration"] == 1]
-    phase = {kind: sum(t["duration"] for t in first if t["kind"] == kind)
-             for kind in ("io", "h2d", "forward", "backward", "comm", "update")}
+    phase = {kind: sum(t["duration"] for t in first if t["kind"] == kind) for kind in PHASES}
     breakdown = {k: (BOTTLENECKS[int(v)] if k == "bottleneck" else float(v)) for k, v in outputs.items()}
     breakdown["phases"] = phase
+    lowered = compiled.lowered
     return {
         "model": name,
         "configuration": {
@@ -96,15 +97,36 @@ def explain(spec: Spec) -> dict:
             "strategy": STRATEGIES[int(params["strategy"][0])],
             "algorithm": ALGORITHMS[int(params["algorithm"][0])],
             "prefetch": prefetch,
+            "update": structure["update"],
+            "hierarchical.pipelined": bool(structure["hierarchical.pipelined"]),
+            "zero": int(structure["zero"]),
+            "accumulation": int(structure["accumulation"]),
         },
+        "lowering": {"mode": lowered.mode, "reason": lowered.reason,
+                     "segments": len(lowered.program.segments), "tasks": len(dag.tasks)},
         "iteration_time": float(iteration_time),
-        "iterations": iterations,
+        "iterations": int(structure["iterations"]),
         "makespan": float(finish.max()),
         "tasks": tasks,
         "edges": [[src, dst] for src, dst, _ in concrete.edges],
-        "critical_path": path,
+        "critical_path": critical_path(preds, start, finish),
         "breakdown": breakdown,
     }
+
+
+def critical_path(preds, start, finish, rtol: float = 1e-12) -> list[int]:
+    """Task ids of one critical path, from time 0 to the latest finish:
+    walking back from the last task to finish, each time to a predecessor
+    that finishes exactly when the current task starts (the earliest-started
+    one on ties, so zero-length tasks are not preferred)."""
+    current = int(np.argmax(finish))
+    path = [current]
+    scale = max(float(finish[current]), 1e-300)
+    while start[current] > rtol * scale:
+        tight = [s for s in preds[current] if abs(finish[s] - start[current]) <= rtol * scale]
+        current = min(tight, key=lambda s: (start[s], s))
+        path.append(current)
+    return path[::-1]
 
 
 def format_explain(doc: dict) -> str:

@@ -61,7 +61,7 @@ class Plan:
         chunk_id = 0
         for group in itertools.product(*group_ranges):
             chosen = {spec.axes[i].key: spec.axes[i].values[g] for i, g in zip(self.group_axes, group)}
-            structure = {key: spec.value(key, chosen) for key in STRUCTURAL}
+            structure = structure_of(spec, chosen)
             for lead in itertools.product(*leading):
                 for start in range(0, split_len, self.step):
                     stop = min(start + self.step, split_len)
@@ -128,6 +128,20 @@ class Plan:
                     columns[dim.key] = Column(values, position)
                     sampled[dim.name] = values
         return columns, sampled
+
+
+def structure_of(spec: Spec, chosen: dict) -> dict:
+    """The structural keys' values (`sweep.schema.STRUCTURAL`) of a group,
+    from the values `chosen` on its structural axes: what decides the DAG."""
+    return {key: spec.value(key, chosen) for key in STRUCTURAL}
+
+
+def structural_groups(spec: Spec):
+    """(structure, {axis index: value index}) of every structural group."""
+    group_axes = [i for i, a in enumerate(spec.axes) if a.key in STRUCTURAL]
+    for group in itertools.product(*(range(len(spec.axes[i].values)) for i in group_axes)):
+        chosen = {spec.axes[i].key: spec.axes[i].values[g] for i, g in zip(group_axes, group)}
+        yield structure_of(spec, chosen), dict(zip(group_axes, group))
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from kernels.codes import ALGORITHMS, STRATEGIES
 from sweep import catalog, presets, zoo
+from sweep.dag import UPDATES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +123,21 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("ps.servers", int, None, "", "parameter servers", positive=True, maximum=MAX_WORKERS),
     Key("ps.pipelined", bool, None, "",
         "ps phases overlap, as BytePS streams partitions (latencies add, the slower phase sets the pace)"),
+    # DAG shapes (DESIGN 2.5); the defaults are the barrier model.
+    Key("update", str, "barrier", "",
+        "parameter update: one barrier after all communication, or per layer once its bucket is done",
+        choices=lambda: UPDATES),
+    Key("hierarchical.pipelined", bool, False, "",
+        "hierarchical all-reduce as three pipelined stages (intra reduce-scatter, inter all-reduce, intra "
+        "all-gather) on channels of their own"),
+    Key("zero", int, 0, "", "ZeRO stage (3: FSDP full sharding)", minimum=0, maximum=3),
+    Key("accumulation", int, 1, "micro-batches", "micro-batches per step (gradient accumulation)", positive=True,
+        maximum=1024),
 ]}
 
 # Keys that change the DAG's shape or layer data: a sweep compiles once per value.
-STRUCTURAL = ("model", "seq_len", "iterations", "compute.trace")
+STRUCTURAL = ("model", "seq_len", "iterations", "compute.trace", "update", "hierarchical.pipelined", "zero",
+              "accumulation")
 
 # A bare string for these tables names the catalog entry.
 TABLES_WITH_NAME = ("gpu", "intra", "inter", "h2d")

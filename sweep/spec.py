@@ -139,6 +139,7 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     _check_workers(spec)
     _check_models(spec)
     _check_traces(spec)
+    _check_shapes(spec)
     return spec
 
 
@@ -269,6 +270,38 @@ def _check_models(spec: Spec) -> None:
                 zoo.get_model(model, seq_len)
             except ValueError as err:
                 raise SpecError("seq_len", seq_len, f"invalid for {model}: {err}")
+
+
+def spec_algorithms(spec: Spec) -> set[str]:
+    """Every all-reduce algorithm the scenario's configurations can use
+    (explicit, or from their presets, or the default)."""
+    from sweep.params import DEFAULT_ALGORITHM
+    from sweep.presets import PRESETS
+
+    if spec.given("algorithm"):
+        return set(spec.values("algorithm"))
+    if spec.given("preset"):
+        return {PRESETS[p].algorithm or DEFAULT_ALGORITHM for p in spec.values("preset")}
+    return {DEFAULT_ALGORITHM}
+
+
+def _check_shapes(spec: Spec) -> None:
+    """The DAG shapes of DESIGN 2.5 that do not combine."""
+    algorithms = spec_algorithms(spec)
+    for zero in spec.values("zero"):
+        if zero == 0:
+            continue
+        if "layerwise" in spec.values("update"):
+            raise SpecError("zero", zero, 'combines only with update = "barrier", not update = "layerwise" '
+                                          '(the sharded update is one step)')
+        if True in spec.values("hierarchical.pipelined"):
+            raise SpecError("zero", zero, "does not combine with hierarchical.pipelined = true")
+        if "ps" in algorithms:
+            raise SpecError("zero", zero, 'needs a collective algorithm: reduce-scatter and all-gather are not '
+                                          'modelled for algorithm = "ps"')
+    if True in spec.values("hierarchical.pipelined") and algorithms - {"hierarchical"}:
+        raise SpecError("hierarchical.pipelined", True,
+                        f'needs algorithm = "hierarchical" in every configuration, not {sorted(algorithms)}')
 
 
 __all__ = ["Axis", "Spec", "SpecError", "load_spec", "STRUCTURAL", "TABLES_WITH_NAME"]

@@ -79,10 +79,29 @@ def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...], inputs: 
             attrs.update(flag_values=np.arange(len(BOTTLENECKS), dtype=np.int8),
                          flag_meanings=" ".join(BOTTLENECKS))
         variables[name] = (np.int8 if name == "bottleneck" else np.float32, attrs)
-    attrs = {"title": "ssgd-sweep result cube", "spec": spec.to_toml(), "devices": devices}
+    attrs = {"title": "ssgd-sweep result cube", "spec": spec.to_toml(), "devices": devices,
+             "lowering": lowering_summary(spec)}
     if inputs is not None:  # what `identity` says of scenario, input files and program
         attrs["inputs_sha256"] = inputs
     return Layout(spec.dims, spec.shape, coords, sampled, variables, attrs, disk_chunks)
+
+
+def lowering_summary(spec: Spec) -> str:
+    """How each structural group's DAG is evaluated (sweep.lowering): the
+    contracted stream program or the unrolled one, with the reason, labelled by
+    the structural keys that vary across the cube."""
+    from sweep.compiler import compile_structure
+    from sweep.plan import structural_groups
+    from sweep.schema import STRUCTURAL
+
+    varying = [a.key for a in spec.axes if a.key in STRUCTURAL]
+    parts = []
+    for structure, _ in structural_groups(spec):
+        lowered = compile_structure(structure).lowered
+        text = lowered.mode + (f" ({lowered.reason})" if lowered.reason else "")
+        label = ", ".join(f"{key}={structure[key]}" for key in varying)
+        parts.append(f"{label}: {text}" if label else text)
+    return "; ".join(parts)
 
 
 class MemoryStore:

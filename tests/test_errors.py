@@ -34,6 +34,19 @@ BAD = {
     "seq_len too long": ('model = "bert_base"\nbatch_size = 8\nseq_len = 4096\n', "seq_len", "4096"),
     "unknown output": ('model = "resnet50"\nbatch_size = 32\noutputs = ["latency"]\n', "outputs", "latency"),
     "repeated axis value": ('model = "resnet50"\nbatch_size = [32, 32]\n', "batch_size", "32"),
+    # The DAG shape keys of DESIGN 2.5.
+    "unknown update": ('model = "resnet50"\nbatch_size = 32\nupdate = "eager"\n', "update", "eager"),
+    "zero stage 4": ('model = "resnet50"\nbatch_size = 32\nzero = 4\n', "zero", "4"),
+    "zero with ps": ('model = "resnet50"\nbatch_size = 32\nzero = 2\nalgorithm = "ps"\n', "zero", "ps"),
+    "zero with layerwise": ('model = "resnet50"\nbatch_size = 32\nzero = 3\nupdate = "layerwise"\n',
+                            "zero", "layerwise"),
+    "zero accumulation": ('model = "resnet50"\nbatch_size = 32\naccumulation = 0\n', "accumulation", "0"),
+    "pipelined without hierarchical": ('model = "resnet50"\nbatch_size = 32\nalgorithm = "ring"\n'
+                                       '[hierarchical]\npipelined = true\n', "hierarchical.pipelined", "ring"),
+    "pipelined not a bool": ('model = "resnet50"\nbatch_size = 32\nalgorithm = "hierarchical"\n'
+                             '[hierarchical]\npipelined = "yes"\n', "hierarchical.pipelined", "yes"),
+    "zero with ps in an axis": ('model = "resnet50"\nbatch_size = 32\nzero = [0, 1]\nalgorithm = ["ring", "ps"]\n',
+                                "zero", "ps"),
 }
 
 

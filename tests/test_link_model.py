@@ -202,7 +202,7 @@ def test_unset_fields_follow_their_rule():
 def test_no_op_values_reproduce_design_closed_forms(algorithm):
     """Extension keys given at their no-op values: DESIGN 2.2 exactly, and the same iteration."""
     model = zoo.get_model("resnet50")
-    dag, _ = compile_zoo_model("resnet50", None, 3)
+    dag = compile_zoo_model("resnet50", None, 3)
     for n, g in [(1, 4), (2, 4), (3, 2), (4, 1)]:
         base = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
                 "strategy": "mgwfbp", "intra.alpha": 3e-6, "intra.bandwidth": 2e10,
@@ -255,23 +255,26 @@ def test_smooth_versions_tend_to_the_hard_ones():
     hard = np.asarray(piecewise_time(m, *cost))
     soft = np.asarray(piecewise_time(m, *cost, width=jnp.float32(0.01)))
     np.testing.assert_allclose(soft, hard, rtol=1e-4)
-    # the level-array longest path: smooth at a small temperature ~ hard, and a gradient for every branch
-    from kernels.critical_path import finish_times
-
-    tasks = jnp.asarray([[0, 1], [2, 3]])  # level 0: tasks 0, 1; level 1: task 2 (pad 3 = sentinel)
-    preds = jnp.asarray([[[3, 3], [3, 3]], [[0, 1], [3, 3]]])
-    switch = jnp.zeros_like(preds)
-    durations = jnp.asarray([[1.0, 2.0], [1.5, 1.0], [0.5, 0.5], [0.0, 0.0]])
-    switches = jnp.ones((1, 2))
-    hard_f = np.asarray(finish_times(tasks, preds, switch, durations, switches))
-    soft_f = np.asarray(finish_times(tasks, preds, switch, durations, switches, jnp.asarray([1e-3, 1e-3])))
-    np.testing.assert_allclose(soft_f, hard_f, atol=3e-3)
-    np.testing.assert_allclose(hard_f[2], [2.0, 2.5])
+    # the program: smooth at a small temperature ~ hard, and a gradient for every branch
     import jax
 
-    loser = jax.grad(lambda d: finish_times(tasks, preds, switch, d, switches, jnp.asarray([0.3, 0.3]))[2, 0])(
-        durations)
-    assert float(loser[0, 0]) > 0 and float(loser[1, 0]) > 0  # both predecessors pull
+    dag = compile_zoo_model("alexnet", None, 3)
+    base = {k: jnp.asarray(v) for k, v in params_of("ring", 4, 1, {"alpha": 5e-6, "bandwidth": 1e10},
+                                                       {"alpha": 2e-5, "bandwidth": 1.2e9}, None).items()}
+
+    def time_of(inter_bandwidth, io_time, temperature=None):
+        p = {**base, "inter_bandwidth": inter_bandwidth, "io_time_per_sample": io_time}
+        if temperature is not None:
+            p["max_temperature"] = temperature
+        return iteration_outputs(dag, p)["iteration_time"][0]
+
+    bw, io_time = base["inter_bandwidth"], base["io_time_per_sample"]
+    hard_t = float(time_of(bw, io_time))
+    assert float(time_of(bw, io_time, jnp.asarray([1e-6]))) == pytest.approx(hard_t, rel=1e-3)
+    # an input-bound iteration: the hard max gives the link no gradient, the smooth one does
+    slow_io = io_time * 0 + 1.05 * hard_t / 8  # the batch of 8 takes a little longer to read than the rest
+    assert float(jax.grad(time_of)(bw, slow_io)[0]) == 0.0
+    assert float(jax.grad(time_of)(bw, slow_io, jnp.asarray([0.1 * hard_t]))[0]) < 0.0
     # and the recursion: K iterations of a max-plus system
     work, io, h2d = jnp.asarray([1.0, 0.2]), jnp.asarray([0.3, 0.5]), jnp.asarray([0.1, 0.1])
     hard_t = np.asarray(steady_state(work, io, h2d, jnp.asarray([0.0, 1.0]), 4))

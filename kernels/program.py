@@ -1,0 +1,409 @@
+"""Evaluate a lowered DAG program (`sweep.lowering.Program`) for every configuration.
+
+Each segment's finish times come out at once ([n, C], configurations on the
+minor axis):
+- a chain with inputs only at its first task and a linear cost stays *lazy*:
+  f_i = base + prefix_i * scale, a [C] base and per-task constants, never
+  materialised unless a later segment reads its rows;
+- a chain with inputs along it is a prefix sum and a running maximum,
+  f_i = S_i + max_{j <= i} (r_j - S_{j-1}), or, when an edge along it is
+  switched, an associative scan of the max-plus maps f -> max(f + a_i, b_i);
+- a policy channel is one scan (`kernels.channel.policy_channel`), given its
+  inputs relative to a lazy base when they come from one lazy chain.
+An input is the finish of a task in an earlier segment, gated by its edge's
+switch (input prefetch, or whether a policy slot sent its bucket). With a
+`temperature` every max is smooth (`kernels.smooth`); its running form is a
+cumulative log-sum-exp.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.channel import policy_channel
+from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
+from kernels.smooth import maximum
+from sweep.dag import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
+
+NEG = -jnp.inf
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["compute", "comm", "grad_bytes", "strategy", "threshold", "prefetch", "temperature",
+                                "width"], meta_fields=["fixed_buckets", "free"])
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What one evaluation needs besides the program: per-configuration
+    seconds per unit of each compute cost, collective costs, and switches."""
+    compute: dict  # cost -> [C] seconds per unit
+    comm: Any  # cost -> CollectiveCost (a lazily filled mapping)
+    grad_bytes: Any  # [C]
+    strategy: Any
+    threshold: Any
+    prefetch: Any
+    temperature: Any = None
+    width: Any = None
+    fixed_buckets: bool = False
+    free: bool = False  # communication costs nothing (the single-GPU reference)
+
+
+@dataclasses.dataclass
+class Lazy:
+    base: Any  # [C] or scalar
+    prefix: np.ndarray  # [n] cumulative units
+    scale: Any  # [C] seconds per unit
+
+    def rows(self, idx):
+        return self.base + self.prefix[np.asarray(idx)][:, None] * self.scale
+
+    def last(self):
+        return self.base + self.prefix[-1] * self.scale
+
+    def dense(self):
+        return self.rows(np.arange(len(self.prefix)))
+
+
+@dataclasses.dataclass
+class Dense:
+    finish: Any  # [n, C]
+
+    def rows(self, idx):
+        return self.finish[np.asarray(idx)]
+
+    def last(self):
+        return self.finish[-1]
+
+    def dense(self):
+        return self.finish
+
+
+@dataclasses.dataclass
+class Tail:
+    """Only the last finish is kept (nothing reads the others)."""
+    value: Any
+    size: int
+
+    def rows(self, idx):
+        idx = np.asarray(idx)
+        if not (idx == self.size - 1).all():
+            raise AssertionError("a tail-only segment was read before its end")
+        return jnp.broadcast_to(self.value, (len(idx), *jnp.shape(self.value)))
+
+    def last(self):
+        return self.value
+
+
+@dataclasses.dataclass
+class Registers:
+    """A scan segment's result: the registers that hold finishes read later."""
+    regs: Any  # [R, C]
+    out_reg: dict
+    ys: Any = None  # [m, C] every finish, when asked for
+
+    def rows(self, idx):
+        if self.ys is not None:
+            return self.ys[np.asarray(idx)]
+        return self.regs[np.asarray([self.out_reg[i] for i in idx])]
+
+    def last(self):
+        return self.regs[self.out_reg[max(self.out_reg)]]
+
+    def dense(self):
+        return self.ys
+
+
+@dataclasses.dataclass
+class Run:
+    program: Any
+    values: list  # per segment: Lazy | Dense | Tail
+    sent: dict  # program row of a policy slot -> [C] bytes it sent
+    busy: dict  # resource -> [C] busy seconds in iteration 1
+    durations: list | None  # per segment [n, C], when asked for
+
+    def finish(self, row):
+        seg, i = self.program.where[row]
+        value = self.values[seg]
+        return value.last() if i == len(self.program.segments[seg]) - 1 else value.rows([i])[0]
+
+    def all_finishes(self):
+        return jnp.concatenate([v.dense() for v in self.values], axis=0)  # segment order = row order
+
+
+def _zero_cost(like) -> CollectiveCost:
+    zero = jnp.zeros_like(like)
+    return CollectiveCost(zero, zero, None)
+
+
+def run_program(program, ctx: Context, keep=(), want_all: bool = False) -> Run:
+    """Evaluate `program`; `keep` names program rows whose finish is read
+    afterwards, `want_all` keeps every finish, duration and sent bytes."""
+    needed = _needed_rows(program, keep)
+    values: list = []
+    sent: dict = {}
+    busy: dict = {}
+    durations = [] if want_all else None
+    refs = set(program.switch_refs)
+    for g, seg in enumerate(program.segments):
+        if seg.kind == "scan":
+            value, seg_busy_by, d = _scan(program, seg, values, sent, ctx, want_all)
+            if seg.iteration == 1:
+                for resource, b in seg_busy_by.items():
+                    busy[resource] = busy.get(resource, 0.0) + b
+            values.append(value)
+            if want_all:
+                durations.append(d)
+            continue
+        if seg.kind == "policy":
+            value, seg_sent, seg_busy, d = _policy(program, seg, g, values, sent, ctx, needed[g], refs, want_all)
+            sent.update(seg_sent)
+        else:
+            value, seg_busy, d = _chain(program, seg, values, sent, ctx, needed[g], want_all)
+        values.append(value)
+        if seg_busy is not None and seg.iteration == 1:
+            busy[seg.resource] = busy.get(seg.resource, 0.0) + seg_busy
+        if want_all:
+            durations.append(d)
+    return Run(program, values, sent, busy, durations)
+
+
+def _needed_rows(program, keep) -> list[set[int]]:
+    """Rows of each segment that something reads after it."""
+    needed: list[set[int]] = [set() for _ in program.segments]
+    for seg in program.segments:
+        rows = [src for row in seg.inputs for src, _ in row] + list(seg.refs or ())
+        for src in rows:
+            s, i = program.where[src]
+            needed[s].add(i)
+    for row in keep:
+        s, i = program.where[row]
+        needed[s].add(i)
+    return needed
+
+
+def _gate(switch, value, ctx: Context, sent):
+    if switch == 0:
+        return value
+    if switch == NO_PREFETCH:
+        return jnp.where(ctx.prefetch > 0, NEG, value)
+    rule, ref = switch_rule(switch)
+    sends = sent[ref] > 0
+    return jnp.where(sends if rule == IF_SENDS else ~sends, value, NEG)
+
+
+def _combine(values, temperature):
+    out = values[0]
+    for v in values[1:]:
+        out = maximum(out, v, temperature)
+    return out
+
+
+def _ready(program, seg, values, sent, ctx):
+    """Each row's input time r [n, C] (-inf where a row has none; 0 for a
+    first row with no predecessor at all: the program starts at 0)."""
+    n = len(seg)
+    groups: dict = {}  # (source segment, switch, occurrence) -> ([dst], [src row])
+    for i, row in enumerate(seg.inputs):
+        seen: dict = {}
+        for src, switch in row:
+            s, j = program.where[src]
+            key = (s, switch, seen.get((s, switch), 0))
+            seen[(s, switch)] = key[2] + 1
+            dst, rows = groups.setdefault(key, ([], []))
+            dst.append(i)
+            rows.append(j)
+    parts = []
+    for (s, switch, _), (dst, rows) in groups.items():
+        vals = _gate(switch, values[s].rows(rows), ctx, sent)
+        if dst != list(range(n)):
+            vals = jnp.full((n, *vals.shape[1:]), NEG, vals.dtype).at[np.asarray(dst)].set(vals)
+        parts.append(vals)
+    if not parts:
+        return None
+    return _combine(jnp.broadcast_arrays(*parts) if len(parts) > 1 else parts, ctx.temperature)
+
+
+def _ready_or_start(program, seg, values, sent, ctx, dtype):
+    """`_ready`, with a first row that has no input starting at 0 ([n, C] or [n, 1])."""
+    r = _ready(program, seg, values, sent, ctx)
+    if seg.inputs[0]:
+        return r
+    if r is None:
+        return jnp.full((len(seg), 1), NEG, dtype).at[0].set(0.0)
+    return r.at[0].set(0.0)
+
+
+def _row0_input(program, seg, values, sent, ctx):
+    """The first row's input time [C] (0 when it has none)."""
+    if not seg.inputs[0]:
+        return 0.0
+    vals = []
+    for src, switch in seg.inputs[0]:
+        s, j = program.where[src]
+        vals.append(_gate(switch, values[s].rows([j])[0], ctx, sent))
+    return _combine(vals, ctx.temperature)
+
+
+def _durations(seg, ctx, sent, program):
+    """[n, C] (or [n, 1]) seconds of each task of a non-policy segment."""
+    coef = seg.coef[:, None]
+    if seg.cost is None:
+        return jnp.zeros((len(seg), 1))
+    if seg.cost not in COMM_COSTS:
+        return coef * ctx.compute[seg.cost]
+    if ctx.free:
+        return jnp.zeros((len(seg), 1))
+    cost = ctx.comm[seg.cost]
+    if seg.kind == "follow":
+        nbytes = jnp.stack([sent[r] for r in seg.refs])
+    else:
+        nbytes = coef * ctx.grad_bytes
+    return allreduce_time(nbytes, *cost, width=ctx.width)
+
+
+def _chain(program, seg, values, sent, ctx, needed, want_all):
+    linear = seg.cost is None or seg.cost not in COMM_COSTS
+    comm = seg.cost in COMM_COSTS
+    if linear and seg.gates is None and not any(seg.inputs[1:]):
+        scale = 0.0 if seg.cost is None else ctx.compute[seg.cost]
+        value = Lazy(_row0_input(program, seg, values, sent, ctx), np.cumsum(seg.coef), scale)
+        return value, None, (seg.coef[:, None] * scale if want_all else None)
+    d = _durations(seg, ctx, sent, program)
+    d, r = jnp.broadcast_arrays(d, _ready_or_start(program, seg, values, sent, ctx, d.dtype))
+    temperature = ctx.temperature
+    if seg.gates is None:
+        total = jnp.cumsum(d, axis=0)
+        lead = r - (total - d)
+        if temperature is None:
+            running = jax.lax.cummax(lead, axis=0)
+        else:
+            running = temperature * jax.lax.cumlogsumexp(lead / temperature, axis=0)
+        finish = total + running
+    else:
+        enabled = jnp.stack([jnp.broadcast_to(_gate(gate, 0.0, ctx, sent), d.shape[1:]) if i else
+                             jnp.full(d.shape[1:], NEG) for i, gate in enumerate(seg.gates)])
+        a, b = enabled + d, r + d
+
+        def compose(first, second):
+            a1, b1 = first
+            a2, b2 = second
+            return a1 + a2, maximum(b1 + a2, b2, temperature)
+
+        finish = jax.lax.associative_scan(compose, (a, b), axis=0)[1]
+    seg_busy = jnp.sum(d, axis=0) if comm else None
+    return Dense(finish), seg_busy, (d if want_all else None)
+
+
+def _lazy_source(program, seg, values):
+    """(source Lazy, its rows) when every row has exactly one always-on
+    input and all come from the same lazy segment, else None."""
+    sources = set()
+    rows = []
+    for row in seg.inputs:
+        if len(row) != 1 or row[0][1] != 0:
+            return None
+        s, j = program.where[row[0][0]]
+        sources.add(s)
+        rows.append(j)
+    if len(sources) != 1 or not isinstance(values[next(iter(sources))], Lazy):
+        return None
+    return values[sources.pop()], np.asarray(rows)
+
+
+def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
+    n = len(seg)
+    first_row = program.tasks.index(seg.tasks[0])
+    rows = range(first_row, first_row + n)
+    want_sent = want_all or any(r in refs for r in rows)
+    want_slots = want_all or bool(needed - {n - 1})
+    cost = _zero_cost(ctx.grad_bytes) if ctx.free else ctx.comm[seg.cost]
+    source = _lazy_source(program, seg, values)
+    if source is not None:
+        lazy, src_rows = source
+        base, ready, ready_scale = lazy.base, lazy.prefix[src_rows][:, None], lazy.scale
+    else:
+        base, ready, ready_scale = 0.0, _ready_or_start(program, seg, values, sent, ctx, ctx.grad_bytes.dtype), 1.0
+    finish, seg_sent, last, busy = policy_channel(
+        ctx.strategy, ctx.threshold, seg.coef[:, None], ready, cost, ready_scale=ready_scale,
+        bytes_scale=ctx.grad_bytes, want_slots=want_slots, want_sent=want_sent,
+        temperature=ctx.temperature, width=ctx.width, fixed_buckets=ctx.fixed_buckets)
+    value = Dense(finish + base) if want_slots else Tail(last + base, n)
+    out_sent = {} if seg_sent is None else {r: seg_sent[i] for i, r in enumerate(rows)}
+    d = None
+    if want_all:
+        d = jnp.where(seg_sent > 0, piecewise_time(seg_sent, *cost, width=ctx.width), 0.0)
+    return value, out_sent, busy, d
+
+
+def _scan(program, seg, values, sent, ctx, want_all):
+    """A register scan (`sweep.lowering.ScanSegment`): one task per step."""
+    m = len(seg)
+    ext_rows = [i for i in range(m) if seg.inputs[i]]
+    ext = []
+    for i in ext_rows:
+        vals = []
+        for src, switch in seg.inputs[i]:
+            s, j = program.where[src]
+            vals.append(_gate(switch, values[s].rows([j])[0], ctx, sent))
+        ext.append(_combine(vals, ctx.temperature))
+    costs = sorted({c for c in seg.costs if c is not None})
+    # Every register holds the broadcast of all per-configuration inputs.
+    comm_shapes = [] if ctx.free else [
+        jnp.shape(x)[1:] if k == "steps" else jnp.shape(x)  # steps are [K, C]
+        for c in costs if c in COMM_COSTS
+        for k, x in (("latency", ctx.comm[c].latency), ("per_byte", ctx.comm[c].per_byte),
+                     *(("steps", y) for y in (ctx.comm[c].steps or ())))]
+    shapes = [jnp.shape(ctx.grad_bytes), *(jnp.shape(ctx.compute[c]) for c in costs if c not in COMM_COSTS),
+              *comm_shapes, *(jnp.shape(e) for e in ext)]
+    shape = jnp.broadcast_shapes(*shapes)
+    dtype = jnp.result_type(ctx.grad_bytes)
+    neg, zero = len(ext), len(ext) + 1
+    table = jnp.stack([jnp.broadcast_to(jnp.asarray(e, dtype), shape) for e in ext]
+                      + [jnp.full(shape, NEG, dtype), jnp.zeros(shape, dtype)])
+    ext_index = np.full(m, neg)
+    ext_index[np.asarray(ext_rows, np.int64)] = np.arange(len(ext_rows))
+    ext_index[seg.roots] = zero
+    cost_index = np.array([costs.index(c) if c is not None else -1 for c in seg.costs])
+    comm_resources = sorted({r for r, c in zip(seg.resources, seg.costs) if c in COMM_COSTS})
+    resource_index = np.array([comm_resources.index(r) if c in COMM_COSTS else -1
+                               for r, c in zip(seg.resources, seg.costs)])
+    temperature = ctx.temperature
+
+    comm = {name: ctx.comm[name] for name in costs if name in COMM_COSTS and not ctx.free}  # outside the scan
+
+    def duration(ci, coef):
+        d = jnp.zeros(shape, dtype)
+        for j, name in enumerate(costs):
+            if name in COMM_COSTS:
+                value = jnp.zeros(shape, dtype) if ctx.free else allreduce_time(
+                    coef * ctx.grad_bytes, *comm[name], width=ctx.width)
+            else:
+                value = coef * ctx.compute[name]
+            d = jnp.where(ci == j, value, d)
+        return d
+
+    def step(carry, xs):
+        regs, busy = carry
+        pred, dst, ei, ci, ri, coef = xs
+        ready = regs[pred]  # [P, C]
+        start = maximum(table[ei], ready[0] if ready.shape[0] == 1 else
+                        (jnp.max(ready, axis=0) if temperature is None else
+                         temperature * jax.scipy.special.logsumexp(ready / temperature, axis=0)), temperature)
+        d = duration(ci, coef)
+        finish = start + d
+        regs = regs.at[dst].set(finish)
+        busy = busy + jnp.where((jnp.arange(busy.shape[0], dtype=jnp.int32) == ri)[:, None], d, 0.0)
+        return (regs, busy), ((finish, d) if want_all else None)
+
+    regs = jnp.full((seg.num_regs + 1, *shape), NEG, dtype)
+    busy = jnp.zeros((max(1, len(comm_resources)), *shape), dtype)
+    # Fixed int32 indices: the same program may be traced with x64 on (explain) and off (sweeps).
+    xs = (*(np.asarray(a, np.int32) for a in (seg.pred_regs, seg.dst, ext_index, cost_index, resource_index)),
+          seg.coef.astype(dtype))
+    (regs, busy), ys = jax.lax.scan(step, (regs, busy), xs)
+    value = Registers(regs, seg.out_reg, ys[0] if want_all else None)
+    return value, {r: busy[i] for i, r in enumerate(comm_resources)}, (ys[1] if want_all else None)

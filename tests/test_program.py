@@ -1,0 +1,257 @@
+"""The compiled program (sweep.lowering + kernels.program) against the NumPy oracle.
+
+The oracle (tests/oracle.py) walks the slotted DAG task by task and decides
+buckets by the strategy rules as written in DESIGN 2.3; the program is what
+sweeps, fits, sensitivities and explain run. They must agree on every shape
+of DESIGN 2.5, every strategy, random costs, and on DAGs edited by hand.
+"""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.codes import STRATEGIES
+from kernels.collectives import CollectiveCost
+from kernels.iteration import context, iteration_outputs, lowered_schedule
+from kernels.iteration import iteration_time as eager_iteration_time
+from kernels.program import Context
+from oracle import iteration_time as oracle_time
+from oracle import simulate
+from sweep import zoo
+from sweep.compiler import compile_model, compile_zoo_model
+from sweep.dag import ALWAYS, COMM_COSTS, Dag, Shape, Task, build_dag
+from sweep.lowering import LoweringError, lower
+from sweep.params import Column, kernel_params
+
+iteration_time = jax.jit(lambda lowered, ctx: (eager_iteration_time(lowered, ctx)[0], None),
+                         static_argnums=(0,))
+lowered_schedule = jax.jit(lowered_schedule, static_argnums=(0,))
+
+SHAPES = [Shape(), Shape(update="layerwise"), Shape(pipelined=True), Shape(zero=1), Shape(zero=2), Shape(zero=3),
+          Shape(accumulation=3), Shape(update="layerwise", pipelined=True), Shape(update="layerwise", accumulation=2),
+          Shape(zero=3, accumulation=2)]
+
+
+def small_model(seed=0, layers=9):
+    rng = np.random.default_rng(seed)
+    params = rng.integers(0, 3, layers) * rng.uniform(1e5, 1e7, layers)
+    params[3] = 0
+    return params, rng.uniform(1, 10, layers), rng.uniform(1, 20, layers)
+
+
+def random_costs(rng):
+    units = {"io": rng.uniform(0, 5), "h2d": rng.uniform(0, 2), "forward": rng.uniform(0.1, 1),
+             "backward": rng.uniform(0.1, 2), "update": rng.uniform(0, 3), "update_shard": rng.uniform(0, 1)}
+    comm = {n: (rng.uniform(0, 2), rng.uniform(0, 1e-6)) for n in COMM_COSTS}
+    return units, comm, rng.uniform(1e6, 3e7), bool(rng.integers(0, 2))
+
+
+def make_context(units, comm, threshold, prefetch, strategy, grad_bytes=4.0, free=False):
+    one = lambda x: jnp.array([x], jnp.float64)  # noqa: E731
+    return Context(compute={k: one(v) for k, v in units.items()},
+                   comm={k: CollectiveCost(one(a), one(b), None) for k, (a, b) in comm.items()},
+                   grad_bytes=one(grad_bytes), strategy=jnp.array([STRATEGIES.index(strategy)]),
+                   threshold=one(threshold), prefetch=one(float(prefetch)), free=free)
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_program_matches_the_oracle(shape):
+    """Iteration time and every task's finish, each strategy, random costs."""
+    params, forward, backward = small_model()
+    compiled = compile_model(params, forward, 4, shape, backward)
+    rng = np.random.default_rng(1)
+    for strategy in STRATEGIES:
+        for _ in range(3):
+            units, comm, threshold, prefetch = random_costs(rng)
+            finish, _, sent = simulate(compiled.dag, units, comm, 4.0, strategy, threshold, prefetch)
+            ctx = make_context(units, comm, threshold, prefetch, strategy)
+            t, _ = iteration_time(compiled.lowered, ctx)
+            got_finish, _, got_sent = lowered_schedule(compiled.lowered, ctx)
+            assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
+            np.testing.assert_allclose(np.asarray(got_finish)[:, 0], finish, rtol=1e-12, atol=1e-12)
+            assert {k: float(v[0]) for k, v in got_sent.items()} == pytest.approx(sent)
+
+
+def test_lowering_modes():
+    """Barrier shapes contract to one iteration's body; the others unroll,
+    and the reason names the property that fails."""
+    params, forward, backward = small_model()
+    modes = {str(s): compile_model(params, forward, 3, s, backward).lowered for s in SHAPES}
+    assert modes[str(Shape())].mode == "contracted"
+    assert modes[str(Shape(pipelined=True))].mode == "contracted"
+    assert modes[str(Shape(accumulation=3))].mode == "contracted"
+    assert "update barrier" in modes[str(Shape(update="layerwise"))].reason
+    assert "entry" in modes[str(Shape(zero=3))].reason
+
+
+def test_free_communication_shortcut_equals_a_free_run():
+    """With a barrier, single-GPU time is the compute chain: the same as
+    running the program with communication that costs nothing."""
+    params, forward, backward = small_model(2)
+    for shape in (Shape(), Shape(pipelined=True), Shape(zero=2), Shape(accumulation=2)):
+        lowered = compile_model(params, forward, 3, shape, backward).lowered
+        assert lowered.free_by_compute
+        rng = np.random.default_rng(3)
+        for strategy in STRATEGIES:
+            units, comm, threshold, prefetch = random_costs(rng)
+            ctx = make_context(units, comm, threshold, prefetch, strategy, free=True)
+            compute = sum(u * ctx.compute[c] for c, u in lowered.compute_units.items())
+            shortcut = eager_iteration_time(lowered, ctx, work_override=compute)[0]
+            assert float(iteration_time(lowered, ctx)[0][0]) == pytest.approx(float(shortcut[0]), rel=1e-12)
+
+
+def _edit(dag: Dag, drop) -> Dag:
+    return Dag(dag.tasks, tuple(e for e in dag.edges if not drop(dag.tasks[e[0]], dag.tasks[e[1]])))
+
+
+@pytest.mark.parametrize("shape,drop", [
+    # layerwise: the next forward waits for its layer's update
+    (Shape(update="layerwise"), lambda s, d: s.kind == "update" and d.kind == "forward"),
+    # ZeRO-3: forward and backward wait for their layer's all-gather
+    (Shape(zero=3), lambda s, d: s.kind == "gather" and d.kind in ("forward", "backward")),
+    # pipelined stages: the inter stage waits for the intra reduce-scatter of its bucket
+    (Shape(pipelined=True), lambda s, d: s.policy == "policy" and d.policy == "follow"),
+    # accumulation: communication waits for the last micro-batch's backward
+    (Shape(accumulation=2), lambda s, d: s.kind == "backward" and d.kind == "comm"),
+], ids=["layerwise", "zero3", "pipelined", "accumulation"])
+def test_features_live_in_the_dag(shape, drop):
+    """Removing a shape's edges from the DAG changes the program's results
+    exactly as it changes the oracle's: nothing else encodes the feature."""
+    params, forward, backward = small_model(4)
+    dag = build_dag(params.tolist(), forward.tolist(), 3, shape, backward.tolist())
+    edited = _edit(dag, drop)
+    assert len(edited.edges) < len(dag.edges)
+    rng = np.random.default_rng(5)
+    changed = False
+    for strategy in ("wfbp", "mgwfbp"):
+        units, comm, threshold, prefetch = random_costs(rng)
+        units["io"] = 0.0
+        ctx = make_context(units, comm, threshold, prefetch, strategy)
+        times = []
+        for graph in (dag, edited):
+            finish, _, _ = simulate(graph, units, comm, 4.0, strategy, threshold, prefetch)
+            got = float(iteration_time(lower(graph), ctx)[0][0])
+            assert got == pytest.approx(oracle_time(graph, finish), rel=1e-12)
+            times.append(got)
+        changed |= times[0] != pytest.approx(times[1], rel=1e-9)
+    assert changed
+
+
+def test_lowering_checks_its_preconditions():
+    params, forward, backward = small_model()
+    dag = build_dag(params.tolist(), forward.tolist(), 2, Shape(), backward.tolist())
+    fifo = [e for e in dag.edges if dag.tasks[e[0]].kind == "forward" and dag.tasks[e[1]].kind == "forward"][0]
+    with pytest.raises(LoweringError, match="FIFO"):
+        lower(Dag(dag.tasks, tuple(e for e in dag.edges if e != fifo)))
+    backwards = Dag(dag.tasks, dag.edges + ((5, 3, ALWAYS),))
+    with pytest.raises(LoweringError, match="topological"):
+        lower(backwards)
+    # a policy channel split by a task of another kind on the same resource
+    tasks = list(dag.tasks)
+    slots = [t.id for t in tasks if t.policy == "policy" and t.iteration == 1]
+    tasks[slots[1]] = dataclasses.replace(tasks[slots[1]], policy=None)
+    with pytest.raises(LoweringError, match="one run of slots"):
+        lower(Dag(tuple(tasks), dag.edges))
+
+
+def random_columns(rng, C):
+    def pick(values):
+        return Column(tuple(values), rng.integers(0, len(values), C))
+
+    def log_uniform(lo, hi):
+        return Column(tuple(np.exp(rng.uniform(np.log(lo), np.log(hi), C))), np.arange(C))
+
+    return {
+        "batch_size": pick([1, 8, 32, 128]), "nodes": pick([1, 2, 3, 8]), "gpus_per_node": pick([1, 2, 4]),
+        "strategy": pick(STRATEGIES), "algorithm": pick(["ring", "rhd", "tree", "hierarchical"]),
+        "bucket_bytes": pick([1, 1 << 20, 25 << 20, 1 << 30]), "io.prefetch": pick([True, False]),
+        "io.time_per_sample": log_uniform(1e-6, 1e-2), "inter.alpha": log_uniform(1e-7, 1e-2),
+        "inter.bandwidth": log_uniform(1e7, 1e11), "intra.bandwidth": log_uniform(1e9, 1e12),
+        "compute.efficiency": log_uniform(0.05, 1.0),
+    }
+
+
+@pytest.mark.parametrize("model,shape", [("googlenet", Shape()), ("resnet50", Shape(update="layerwise")),
+                                         ("resnet50", Shape(zero=3)), ("bert_base", Shape(pipelined=True)),
+                                         ("resnet50", Shape(accumulation=2))], ids=str)
+def test_sweep_kernel_matches_the_oracle(model, shape):
+    """The sweep's float32 kernel on zoo models, per configuration, against
+    the oracle fed the kernel's own costs (collectives are tested elsewhere)."""
+    C = 12
+    rng = np.random.default_rng(7)
+    compiled = compile_zoo_model(model, None, 3, None, shape)
+    columns = random_columns(rng, C)
+    if shape.pipelined:
+        columns["algorithm"] = Column(("hierarchical",), np.zeros(C, int))
+    p32 = kernel_params(columns, zoo.get_model(model), C)
+    got = np.asarray(jax.jit(iteration_outputs)(compiled, p32)["iteration_time"])
+    p64 = {k: jnp.asarray(v, jnp.float64 if np.issubdtype(v.dtype, np.floating) else v.dtype)
+           for k, v in p32.items()}
+    ctx = context(compiled, p64)
+    for c in range(C):
+        units = {k: float(jnp.broadcast_to(v, (C,))[c]) for k, v in ctx.compute.items()}
+        comm = {n: (float(jnp.broadcast_to(ctx.comm[n].latency, (C,))[c]),
+                    float(jnp.broadcast_to(ctx.comm[n].per_byte, (C,))[c])) for n in COMM_COSTS}
+        finish, _, _ = simulate(compiled.dag, units, comm, float(p64["grad_bytes"][0]),
+                                STRATEGIES[int(jnp.broadcast_to(p32["strategy"], (C,))[c])],
+                                float(jnp.broadcast_to(p64["bucket_bytes"], (C,))[c]),
+                                bool(jnp.broadcast_to(p32["prefetch"], (C,))[c] > 0),
+                                tiny=np.finfo(np.float32).tiny)
+        assert got[c] == pytest.approx(oracle_time(compiled.dag, finish), rel=5e-5)
+
+
+def test_program_is_differentiable():
+    """Gradients flow through the program: more bandwidth, less time."""
+    compiled = compile_zoo_model("resnet50", None, 3)
+    columns = {"batch_size": Column((32,), np.zeros(1, int)), "nodes": Column((4,), np.zeros(1, int)),
+               "gpus_per_node": Column((4,), np.zeros(1, int)), "strategy": Column(("bsp",), np.zeros(1, int))}
+    params = kernel_params(columns, zoo.get_model("resnet50"), 1)
+
+    def time_of(bandwidth):
+        return iteration_outputs(compiled, {**params, "inter_bandwidth": bandwidth})["iteration_time"].sum()
+
+    bw = params["inter_bandwidth"]
+    grad = jax.grad(time_of)(bw)
+    # bsp: the whole ring all-reduce is exposed, d t / d bw = -2(P-1)/P * M / bw^2.
+    workers, message = 16, 4 * zoo.get_model("resnet50").params
+    expected = -2 * (workers - 1) / workers * message / bw.astype(np.float64) ** 2
+    np.testing.assert_allclose(grad, expected, rtol=1e-4)
+
+
+def test_closed_form_channel_equals_the_scan():
+    """bsp and wfbp in closed form (max of suffix sums) against the scan, on
+    random slots with empty ones, per-configuration scales and strategies."""
+    from kernels.channel import fixed_bucket_channel, policy_channel
+    from kernels.codes import BSP, WFBP
+
+    rng = np.random.default_rng(5)
+    slots, configs = 40, 64
+    slot_bytes = rng.integers(0, 5, (slots, 1)) * rng.uniform(1e3, 1e7, (slots, 1))
+    slot_ready = np.cumsum(rng.uniform(0, 1, (slots, 1)), axis=0)
+    strategy = rng.choice([BSP, WFBP], configs).astype(np.int32)
+    latency, per_byte = rng.uniform(0, 0.2, configs), rng.uniform(1e-9, 1e-7, configs)
+    bytes_scale, ready_scale = rng.uniform(1, 4, configs), rng.uniform(0.1, 10, configs)
+    _, _, finish, busy = policy_channel(strategy, 1.0, slot_bytes, slot_ready,
+                                        CollectiveCost(latency, per_byte, None), ready_scale=ready_scale,
+                                        bytes_scale=bytes_scale)
+    closed_finish, closed_busy = fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte,
+                                                      bytes_scale, ready_scale)
+    np.testing.assert_allclose(closed_finish, finish, rtol=1e-12)
+    np.testing.assert_allclose(closed_busy, busy, rtol=1e-12)
+
+
+def test_task_names_are_unique_within_an_iteration():
+    params, forward, backward = small_model()
+    for shape in SHAPES:
+        dag = build_dag(params.tolist(), forward.tolist(), 2, shape, backward.tolist())
+        names = [t.name for t in dag.tasks if t.kind not in ("join",)]
+        assert len(names) == len(set(names)), shape
+        assert all(isinstance(t, Task) for t in dag.tasks)
