@@ -115,14 +115,17 @@ def iteration_primaries(dag, p, fixed_buckets=False):
         t_free = iteration_time(lowered, free_ctx, work_override=compute_time)[0]
     else:
         t_free = iteration_time(lowered, free_ctx)[0]
-    busy = list(run.busy.values())
-    communication = busy[0] if len(busy) == 1 else (jnp.max(jnp.stack(jnp.broadcast_arrays(*busy)), axis=0)
-                                                    if busy else jnp.zeros_like(t))
+    # DESIGN 2.4: communication time is the sum of the comm durations of one
+    # iteration (over every channel); the bottleneck compares the busiest one.
+    busy = jnp.stack(jnp.broadcast_arrays(t, *run.busy.values()))[1:]
+    communication = jnp.sum(busy, axis=0) if len(busy) else jnp.zeros_like(t)
+    busiest = jnp.max(busy, axis=0) if len(busy) else jnp.zeros_like(t)
     io, h2d = input_times(p)
     micro = dag.micro_batches
-    t, t_free, compute_time, communication = jnp.broadcast_arrays(t, t_free, compute_time, communication)
+    t, t_free, compute_time, communication, busiest = jnp.broadcast_arrays(t, t_free, compute_time, communication,
+                                                                          busiest)
     return {"iteration_time": t, "single_gpu_time": t_free, "compute_time": compute_time,
-            "communication_time": communication, "io_time": micro * (io + h2d),
+            "communication_time": communication, "busiest_channel_time": busiest, "io_time": micro * (io + h2d),
             "samples": micro * p["batch_size"]}
 
 
@@ -135,6 +138,7 @@ def derived_outputs(primary, p):
     """
     t, t_free_comm = primary["iteration_time"], primary["single_gpu_time"]
     compute_time, busy, io_time = primary["compute_time"], primary["communication_time"], primary["io_time"]
+    busiest = primary["busiest_channel_time"]
     return {
         "iteration_time": t,
         "throughput": p["workers"] * primary["samples"] / t,
@@ -148,7 +152,7 @@ def derived_outputs(primary, p):
         # programs, so float32 rounding alone must not report exposed time.
         "exposed_communication": jnp.where(busy > 0, jnp.maximum(t - t_free_comm, 0.0), 0.0),
         "io_time": io_time,
-        "bottleneck": jnp.argmax(jnp.stack(jnp.broadcast_arrays(compute_time, busy, io_time)), axis=0)
+        "bottleneck": jnp.argmax(jnp.stack(jnp.broadcast_arrays(compute_time, busiest, io_time)), axis=0)
         .astype(jnp.int32),
     }
 
@@ -159,7 +163,7 @@ def iteration_outputs(dag, p, fixed_buckets=False):
     The iteration with free communication is also the single-GPU case (P = 1
     costs nothing): it gives speedup, efficiency and exposed communication.
     `bottleneck` is the resource with the most busy time per iteration
-    (compute, the communication channel, or input): the one that bounds
+    (compute, the busiest communication channel, or input): the one that bounds
     throughput once everything else overlaps. `fixed_buckets` (static)
     promises every strategy is bsp or wfbp: the channel then has a closed form.
     """
