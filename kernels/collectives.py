@@ -66,8 +66,16 @@ import jax.numpy as jnp
 
 from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
 
-LINK_FIELDS = ("alpha", "bandwidth", "protocol_bytes", "large_alpha", "large_bandwidth", "chunk_bytes",
-               "chunk_alpha", "chunk_bandwidth", "alpha_exponent", "large_alpha_exponent", "bandwidth_exponent")
+# What an unset extension field of a link is (one table for the kernels,
+# `sweep.params` and `sweep.calibrate`): a number, or the name of the field
+# whose value it takes (always one listed before it). Every default leaves
+# the alpha-beta link exactly.
+LINK_FALLBACK = {
+    "protocol_bytes": float("inf"), "large_alpha": "alpha", "large_bandwidth": "bandwidth",
+    "chunk_bytes": float("inf"), "chunk_alpha": "large_alpha", "chunk_bandwidth": "large_bandwidth",
+    "alpha_exponent": 0.0, "large_alpha_exponent": "alpha_exponent", "bandwidth_exponent": 0.0,
+}
+LINK_FIELDS = ("alpha", "bandwidth", *LINK_FALLBACK)
 # Optional per-link fields read only when present in `p` (`{table}_{field}`):
 #   overhead [s]: software cost of one all-reduce call, once per collective
 #   whatever the process count (framework and launch: Horovod/PyTorch, NCCL
@@ -90,17 +98,12 @@ class CollectiveCost(NamedTuple):
 
 
 def link(p, table: str) -> dict:
-    """The fields of one link (`intra` or `inter`) from the parameter dict.
-    Missing extension fields fall back to the plain alpha-beta link."""
+    """The fields of one link (`intra` or `inter`) from the parameter dict,
+    missing extension fields by `LINK_FALLBACK`."""
     out = {"alpha": p[f"{table}_alpha"], "bandwidth": p[f"{table}_bandwidth"]}
-    fallback = {"protocol_bytes": lambda: jnp.inf, "large_alpha": lambda: out["alpha"],
-                "large_bandwidth": lambda: out["bandwidth"], "chunk_bytes": lambda: jnp.inf,
-                "chunk_alpha": lambda: out["large_alpha"], "chunk_bandwidth": lambda: out["large_bandwidth"],
-                "alpha_exponent": lambda: 0.0, "large_alpha_exponent": lambda: out["alpha_exponent"],
-                "bandwidth_exponent": lambda: 0.0}
-    for name in LINK_FIELDS[2:]:
+    for name, fallback in LINK_FALLBACK.items():
         value = p.get(f"{table}_{name}")
-        out[name] = fallback[name]() if value is None else value
+        out[name] = value if value is not None else out[fallback] if isinstance(fallback, str) else fallback
     return out
 
 

@@ -40,30 +40,20 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FIELDS
+from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FALLBACK, LINK_FIELDS
 from sweep import zoo
+from sweep.parameter_table import LINK_TABLES, PARAMETERS
 from sweep.schema import KEYS, STRUCTURAL, SpecError, canonical, check_value
 
 TARGETS = ("throughput", "iteration_time", "allreduce_time")
 MESSAGE = "message_bytes"
-LINK_TABLES = ("intra", "inter")
 
 # Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
-FITTABLE: dict[str, tuple[str, str]] = {
-    **{f"{t}.{f}": (f"{t}_{f}", "linear" if f.endswith("exponent") else "log")
-       for t in LINK_TABLES for f in LINK_FIELDS + EXTRA_LINK_FIELDS},
-    "h2d.alpha": ("h2d_alpha", "log"), "h2d.bandwidth": ("h2d_bandwidth", "log"),
-    "gpu.peak_flops": ("peak_flops", "log"), "gpu.memory_bandwidth": ("memory_bandwidth", "log"),
-    "compute.b_half": ("b_half", "log"), "compute.bwd_ratio": ("bwd_ratio", "log"),
-    "compute.measured_throughput": ("measured_throughput", "log"),
-    "compute.update_bytes_per_param": ("update_bytes_per_param", "log"),
-    "io.time_per_sample": ("io_time_per_sample", "log"),
-}
+FITTABLE: dict[str, tuple[str, str]] = {p.key: (p.name, p.fit) for p in PARAMETERS if p.fit}
 KEY_OF_PARAM = {param: key for key, (param, _) in FITTABLE.items()}
 # A parameter whose key is unset takes the value of another (sweep.params.link_extension).
-FOLLOWS = {f"{t}_{a}": f"{t}_{b}" for t in LINK_TABLES for a, b in (
-    ("large_alpha", "alpha"), ("large_bandwidth", "bandwidth"), ("chunk_alpha", "large_alpha"),
-    ("chunk_bandwidth", "large_bandwidth"), ("large_alpha_exponent", "alpha_exponent"))}
+FOLLOWS = {f"{t}_{field}": f"{t}_{source}" for t in LINK_TABLES
+           for field, source in LINK_FALLBACK.items() if isinstance(source, str)}
 SWITCHES = tuple(f"{t}_{f}" for t in LINK_TABLES for f in ("protocol_bytes", "chunk_bytes"))
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from kernels.codes import ALGORITHMS, STRATEGIES
-from kernels.collectives import LINK_FIELDS
+from kernels.collectives import LINK_FALLBACK, LINK_FIELDS
 from sweep import catalog, presets, zoo
 from sweep.schema import KEYS
 from sweep.spec import Spec
@@ -128,20 +128,12 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
 
 def link_extension(table: str, alpha: np.ndarray, bandwidth: np.ndarray, given_or, size: int) -> dict:
     """`{table}_{field}` arrays of the link model's extension fields, each
-    from `given_or(field, fallback)`; unset fields follow the rule of
-    sweep.schema (large_* follow alpha/bandwidth, chunk_* follow large_*,
-    large_alpha_exponent follows alpha_exponent, switches never, exponents 0)."""
-    never, zero = np.full(size, np.inf), np.zeros(size)
-    f = {"protocol_bytes": given_or("protocol_bytes", never),
-         "large_alpha": given_or("large_alpha", alpha),
-         "large_bandwidth": given_or("large_bandwidth", bandwidth),
-         "chunk_bytes": given_or("chunk_bytes", never)}
-    f["chunk_alpha"] = given_or("chunk_alpha", f["large_alpha"])
-    f["chunk_bandwidth"] = given_or("chunk_bandwidth", f["large_bandwidth"])
-    f["alpha_exponent"] = given_or("alpha_exponent", zero)
-    f["large_alpha_exponent"] = given_or("large_alpha_exponent", f["alpha_exponent"])
-    f["bandwidth_exponent"] = given_or("bandwidth_exponent", zero)
-    return {f"{table}_{name}": value for name, value in f.items()}
+    from `given_or(field, fallback)`, the fallback by
+    `kernels.collectives.LINK_FALLBACK`."""
+    out = {"alpha": alpha, "bandwidth": bandwidth}
+    for name, fallback in LINK_FALLBACK.items():
+        out[name] = given_or(name, out[fallback] if isinstance(fallback, str) else np.full(size, fallback))
+    return {f"{table}_{name}": out[name] for name in LINK_FALLBACK}
 
 
 def point_params(point: dict[str, object], model: zoo.Model, dtype=np.float32) -> dict[str, np.ndarray]:

@@ -9,26 +9,10 @@ Integer keys are differentiated as if continuous.
 """
 from __future__ import annotations
 
+from sweep.parameter_table import PARAMETER_OF_KEY
 from sweep.schema import KEYS, SpecError
 
 PREFIX = "d_iteration_time/d_"
-
-_DIRECT = {
-    "batch_size": "batch_size",
-    "grad_bytes": "grad_bytes",
-    "bucket_bytes": "bucket_bytes",
-    "gpu.peak_flops": "peak_flops",
-    "gpu.memory_bandwidth": "memory_bandwidth",
-    "compute.efficiency": "efficiency",
-    "compute.b_half": "b_half",
-    "compute.bwd_ratio": "bwd_ratio",
-    "compute.measured_throughput": "measured_throughput",
-    "compute.update_bytes_per_param": "update_bytes_per_param",
-    "io.time_per_sample": "io_time_per_sample",
-    "io.sample_bytes": "sample_bytes",
-    "ps.servers": "servers",
-}
-
 
 def is_sensitivity(name: str) -> bool:
     return name.startswith(PREFIX)
@@ -45,15 +29,12 @@ def variable_name(name: str) -> str:
 
 def tangent_rule(key: str, servers_given: bool) -> tuple[tuple[str, str | None], ...]:
     """(parameter, multiplier) pairs whose tangents a unit change of `key` sets."""
-    if key in _DIRECT:
-        return ((_DIRECT[key], None),)
+    if key in PARAMETER_OF_KEY:
+        return ((PARAMETER_OF_KEY[key].name, None),)
     if key == "nodes":
         return (("nodes", None), ("workers", "gpus_per_node")) + ((("servers", None),) if not servers_given else ())
     if key == "gpus_per_node":
         return (("gpus_per_node", None), ("workers", "nodes"))
-    table, _, field = key.partition(".")
-    if table in ("intra", "inter", "h2d") and field and field != "name":
-        return ((f"{table}_{field}", None),)
     raise KeyError(key)
 
 
