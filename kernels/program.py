@@ -185,14 +185,19 @@ def _needed_rows(program, keep) -> list[set[int]]:
     return needed
 
 
-def _gate(switch, value, ctx: Context, sent):
+def _enabled(switch, ctx: Context, sent):
+    """Whether an edge with this switch is on: True, or a [C] bool."""
     if switch == 0:
-        return value
+        return jnp.asarray(True)
     if switch == NO_PREFETCH:
-        return jnp.where(ctx.prefetch > 0, NEG, value)
+        return ctx.prefetch <= 0
     rule, ref = switch_rule(switch)
     sends = sent[ref] > 0
-    return jnp.where(sends if rule == IF_SENDS else ~sends, value, NEG)
+    return sends if rule == IF_SENDS else ~sends
+
+
+def _gate(switch, value, ctx: Context, sent):
+    return value if switch == 0 else jnp.where(_enabled(switch, ctx, sent), value, NEG)
 
 
 def _combine(values, temperature):
@@ -204,21 +209,31 @@ def _combine(values, temperature):
 
 def _ready(program, seg, values, sent, ctx):
     """Each row's input time r [n, C] (-inf where a row has none; 0 for a
-    first row with no predecessor at all: the program starts at 0)."""
+    first row with no predecessor at all: the program starts at 0).
+
+    Inputs are gathered per source segment (one gather, one gate mask and
+    one scatter for all its rows, whatever their switches), so a chain fed
+    by many slots (a layerwise forward pass) costs O(n C), not O(n^2 C)."""
     n = len(seg)
-    groups: dict = {}  # (source segment, switch, occurrence) -> ([dst], [src row])
+    groups: dict = {}  # (source segment, occurrence) -> ([dst], [src row], [switch])
     for i, row in enumerate(seg.inputs):
         seen: dict = {}
         for src, switch in row:
             s, j = program.where[src]
-            key = (s, switch, seen.get((s, switch), 0))
-            seen[(s, switch)] = key[2] + 1
-            dst, rows = groups.setdefault(key, ([], []))
+            key = (s, seen.get(s, 0))
+            seen[s] = key[1] + 1
+            dst, rows, switches = groups.setdefault(key, ([], [], []))
             dst.append(i)
             rows.append(j)
+            switches.append(switch)
     parts = []
-    for (s, switch, _), (dst, rows) in groups.items():
-        vals = _gate(switch, values[s].rows(rows), ctx, sent)
+    for (s, _), (dst, rows, switches) in groups.items():
+        vals = values[s].rows(rows)
+        if len(set(switches)) == 1:
+            vals = _gate(switches[0], vals, ctx, sent)
+        else:
+            enabled = jnp.stack(jnp.broadcast_arrays(*(_enabled(sw, ctx, sent) for sw in switches)))
+            vals = jnp.where(enabled, vals, NEG)
         if dst != list(range(n)):
             vals = jnp.full((n, *vals.shape[1:]), NEG, vals.dtype).at[np.asarray(dst)].set(vals)
         parts.append(vals)
