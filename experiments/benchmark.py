@@ -1,18 +1,25 @@
 """Sweep throughput, compile time and peak memory, against a fused reference.
 
-    python experiments/benchmark.py            # CPU: 1 device and one per core
-    python experiments/benchmark.py --memory   # also a 10^8-configuration sampled sweep
+    python experiments/benchmark.py                  # CPU: 1 device and one per core
+    python experiments/benchmark.py --size-log2 14   # a quick run on a 16,384-configuration grid
+    python experiments/benchmark.py --memory         # also a 10^8-configuration sampled sweep
 
-For every device count the script runs, side by side in one process:
-  reference  a fused, unrolled max-plus evaluation of the same resnet50/wfbp/ring
-             DAG (experiments/fused_reference.py: straight-line numba code, one
-             variable per task, parallel over configurations);
-  kernel     the sweep kernel alone on one pre-built chunk;
-  sweep.run  the whole path: parameter resolution, sharding, kernel, results
-             (and the same grid under mgwfbp, whose buckets need the channel scan).
-on a 1,048,576-configuration grid, best of several repeats. It also reports
-the compile time of a 3-iteration bert_large DAG (host DAG build + XLA) and
-the process's peak resident memory. On a GPU machine it adds a large grid.
+For every device count the script runs, side by side in one process (best of
+several repeats):
+  reference  a fused, unrolled max-plus evaluation of the scenario's own DAG
+             under wfbp (experiments/fused_reference.py: straight-line numba
+             code, one variable per task, parallel over configurations);
+  kernel     the sweep kernel alone on one pre-built chunk (resnet50/wfbp);
+  sweep.run  the whole path: parameter resolution, sharding, kernel, results.
+The scenarios (`SCENARIOS`): resnet50/wfbp with an update barrier on a
+2**20-configuration grid, held to >= 1.0 times its reference; mgwfbp on the
+same DAG (data-dependent buckets need the channel scan), >= 0.5 times the
+wfbp reference; the layer-wise update and ZeRO-3, whose DAGs are lowered
+unrolled, >= 0.3 times their own reference, and the same on bert_large,
+on smaller grids (2**16 configurations, 2**14 and 2**12 for the layer-wise
+update). It also reports each DAG shape's lowering mode, the compile time
+of a 3-iteration bert_large DAG (host DAG build + XLA, < 10 s) and the
+process's peak resident memory. On a GPU machine it adds a large grid.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import resource
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 GRID = {
     "model": "resnet50",
@@ -35,104 +43,190 @@ GRID = {
 }
 
 
-def grid(size_log2: int = 20) -> dict:
-    """The benchmark grid with 2**size_log2 configurations (inter link swept)."""
+class Scenario(NamedTuple):
+    keys: dict  # set over GRID
+    reference: str | None  # the scenario whose fused reference (wfbp) it is held to
+    target: float | None  # the least sweep.run / reference wanted
+    max_log2: int | None  # a smaller grid (the unrolled path is slower); None: the full one
+
+
+# The layer-wise grids are smaller still: that unrolled program is slow and
+# memory-hungry (2**14 bert_large configurations peaked at about 7 GiB).
+SCENARIOS = {
+    "resnet50/wfbp": Scenario({}, "resnet50/wfbp", 1.0, None),
+    # Data-dependent buckets need the channel scan.
+    "resnet50/mgwfbp": Scenario({"strategy": "mgwfbp"}, "resnet50/wfbp", 0.5, None),
+    "resnet50/layerwise": Scenario({"update": "layerwise"}, "resnet50/layerwise", 0.3, 14),
+    "resnet50/zero3": Scenario({"zero": 3}, "resnet50/zero3", 0.3, 16),
+    "bert_large/layerwise": Scenario({"model": "bert_large", "update": "layerwise"}, None, None, 12),
+    "bert_large/zero3": Scenario({"model": "bert_large", "zero": 3}, None, None, 16),
+}
+# Every DAG shape, for its lowering mode.
+SHAPES = {
+    "barrier": {},
+    "layerwise": {"update": "layerwise"},
+    "zero3": {"zero": 3},
+    "accumulation4": {"accumulation": 4},
+    "pipelined": {"algorithm": "hierarchical", "hierarchical": {"pipelined": True}},
+}
+SWEEP_BUDGET_S = 60.0  # fewer repeats for slow scenarios
+BERT_COMPILE_TARGET_S = 10.0
+
+
+def grid(size_log2: int = 20, **keys) -> dict:
+    """The benchmark grid with 2**size_log2 configurations (inter link swept),
+    with `keys` set over GRID."""
     import numpy as np
 
-    rest = 2 ** size_log2 // (16 * 16 * 4)
-    side = int(round(rest ** 0.5))
-    return {**GRID, "inter": {"bandwidth": [float(x) for x in np.geomspace(1e8, 1e12, rest // side)],
-                              "alpha": [float(x) for x in np.geomspace(1e-7, 1e-2, side)]}}
+    rest = size_log2 - 10  # GRID holds 2**10 configurations
+    if rest < 0:
+        raise ValueError("the grid needs size_log2 >= 10")
+    return {**GRID, **keys,
+            "inter": {"bandwidth": [float(x) for x in np.geomspace(1e8, 1e12, 2 ** (rest - rest // 2))],
+                      "alpha": [float(x) for x in np.geomspace(1e-7, 1e-2, 2 ** (rest // 2))]}}
 
 
-def best_of(fn, repeats: int) -> float:
+def best_of(fn, repeats: int, budget_s: float = float("inf")) -> float:
+    """The least seconds of `repeats` calls, stopping early once they took `budget_s`."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
+        if sum(times) > budget_s:
+            break
     return min(times)
 
 
-def worker(devices: int, memory: bool, gpu_log2: int) -> dict:
-    if devices:
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    import jax
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def lowering(spec):
+    """(mode, reason) of the DAG of a single-group scenario."""
+    from sweep.compiler import compile_structure
+    from sweep.plan import Plan
+
+    lowered = compile_structure(next(Plan(spec, spec.size).chunks()).structure).lowered
+    return lowered.mode, lowered.reason
+
+
+def reference(spec) -> dict:
+    """The fused reference on the scenario's configurations: compile time,
+    rate and iteration times (setup untimed)."""
+    import numpy as np
+
+    from experiments.fused_reference import compile_reference, reference_inputs
+
+    compiled, scalars = reference_inputs(spec)
+    args = list(scalars.values())
+    out = np.empty(spec.size, np.float32)
+    start = time.perf_counter()
+    fn = compile_reference(compiled.dag)
+    fn(*args, out)
+    compile_s = time.perf_counter() - start
+    return {"compile_s": compile_s, "rate": spec.size / best_of(lambda: fn(*args, out), 5), "times": out}
+
+
+def scenario(spec, expected=None) -> dict:
+    """sweep.run's rate (after a warm-up run), its lowering, and its largest
+    relative difference from `expected` iteration times."""
     import numpy as np
 
     import sweep
-    from experiments.fused_reference import compile_reference, reference_scalars
+
+    cube = sweep.run(spec)  # compiles
+    mode, reason = lowering(spec)
+    out = {"mode": mode, "reason": reason}
+    if expected is not None:
+        times = cube["iteration_time"].values.reshape(-1)
+        out["max_rel_diff"] = float(np.max(np.abs(times - expected) / times))
+        assert out["max_rel_diff"] <= 2e-5, out  # the same model, evaluated two ways
+    del cube
+    out["sweep_rate"] = spec.size / best_of(lambda: sweep.run(spec), 3, SWEEP_BUDGET_S)
+    return out
+
+
+def kernel_rate(spec, devs) -> float:
+    """The sweep kernel alone on one pre-built, pre-sharded chunk."""
+    import jax
+
     from sweep import evaluate, zoo
-    from sweep.compiler import compile_zoo_model
+    from sweep.compiler import compile_structure
+    from sweep.params import kernel_params
+    from sweep.plan import Plan
+
+    plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
+    chunk = next(plan.chunks())
+    compiled = compile_structure(chunk.structure)
+    model = zoo.get_model(chunk.structure["model"], chunk.structure["seq_len"])
+    params = devs.put(kernel_params(plan.columns(chunk)[0], model, chunk.padded, compact=True))
+    fixed = evaluate.spec_strategies(spec) <= {"bsp", "wfbp"}
+
+    def run():
+        jax.block_until_ready(evaluate._sweep_kernel(compiled, params, spec.outputs, chunk.padded, (), fixed))
+
+    run()
+    return chunk.padded / best_of(run, 5)
+
+
+def compile_time(model: str, devs) -> dict:
+    """Host DAG build (bypassing the compile cache) plus XLA compile of the
+    sweep's primary kernel, for a 3-iteration DAG of `model`."""
+    from sweep import evaluate, zoo
+    from sweep.compiler import compile_zoo_model, shape_of
     from sweep.params import kernel_params
     from sweep.plan import Plan
     from sweep.spec import load_spec
 
-    result = {"platform": jax.devices()[0].platform, "devices": jax.device_count()}
-    spec_dict = grid(20)
-    spec = load_spec(spec_dict)
-    n = spec.size
-    model = zoo.get_model("resnet50")
-    compiled, dag = compile_zoo_model("resnet50", None, 3)
-
-    # Reference on the same configurations (setup not timed).
-    plan = Plan(spec, n)
+    spec = load_spec({"model": model, "batch_size": [8, 16], "nodes": [1, 2], "iterations": 3})
+    plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
     chunk = next(plan.chunks())
-    params = kernel_params(plan.columns(chunk)[0], model, chunk.padded)
-    scalars = list(reference_scalars(params, compiled).values())
-    if result["platform"] == "cpu":
-        start = time.perf_counter()
-        reference = compile_reference(dag, [l.forward_flops for l in model.layers], [l.params for l in model.layers])
-        out = np.empty(n, np.float32)
-        reference(*scalars, out)
-        result["reference_compile_s"] = time.perf_counter() - start
-        result["reference_rate"] = n / best_of(lambda: reference(*scalars, out), 5)
-
-    # The sweep kernel alone on one pre-built, pre-sharded chunk.
-    devs = evaluate.visible_devices()
-    kplan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
-    kchunk = next(kplan.chunks())
-    kparams = devs.put(kernel_params(kplan.columns(kchunk)[0], model, kchunk.padded, compact=True))
-    outputs = spec.outputs
-
+    s = chunk.structure
+    params = devs.put(kernel_params(plan.columns(chunk)[0], zoo.get_model(model, s["seq_len"]), chunk.padded,
+                                    compact=True))
     fixed = evaluate.spec_strategies(spec) <= {"bsp", "wfbp"}
-
-    def kernel():
-        jax.block_until_ready(evaluate._sweep_kernel(compiled, kparams, outputs, kchunk.padded, (), fixed))
-
-    kernel()
-    result["kernel_rate"] = kchunk.padded / best_of(kernel, 5)
-
-    # The whole path.
-    cube = sweep.run(spec)
-    if result["platform"] == "cpu":
-        assert np.allclose(cube["iteration_time"].values.reshape(-1), out, rtol=2e-5)
-    result["sweep_rate"] = n / best_of(lambda: sweep.run(spec), 3)
-    if "reference_rate" in result:
-        result["sweep_over_reference"] = result["sweep_rate"] / result["reference_rate"]
-    # The same grid under mgwfbp: data-dependent buckets take the channel scan.
-    mg = load_spec({**spec_dict, "strategy": "mgwfbp"})
-    sweep.run(mg)
-    result["mgwfbp_sweep_rate"] = n / best_of(lambda: sweep.run(mg), 3)
-
-    # Compile time of a 3-iteration bert_large DAG: host DAG + XLA compile.
     start = time.perf_counter()
-    bert, _ = compile_zoo_model("bert_large", None, 3)
-    bspec = load_spec({"model": "bert_large", "batch_size": [8, 16], "nodes": [1, 2]})
-    bplan = Plan(bspec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
-    bchunk = next(bplan.chunks())
-    bparams = devs.put(kernel_params(bplan.columns(bchunk)[0], zoo.get_model("bert_large"), bchunk.padded,
-                                     compact=True))
-    evaluate._primary_kernel.lower(bert, bparams, (), True).compile()
-    result["bert_large_compile_s"] = time.perf_counter() - start
-    result["bert_large_tasks"] = int(bert.num_tasks)
+    compiled = compile_zoo_model.__wrapped__(model, s["seq_len"], s["iterations"], s["compute.trace"], shape_of(s))
+    evaluate._primary_kernel.lower(compiled, params, (), fixed).compile()
+    return {"compile_s": time.perf_counter() - start, "tasks": len(compiled.dag.tasks), "mode": compiled.mode}
+
+
+def worker(devices: int, memory: bool, gpu_log2: int, size_log2: int) -> dict:
+    if devices:
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    import jax
+
+    import sweep
+    from sweep import evaluate
+    from sweep.spec import load_spec
+
+    result = {"platform": jax.devices()[0].platform, "devices": jax.device_count(), "grid": 2 ** size_log2}
+    cpu = result["platform"] == "cpu"  # the reference runs on the host: compare like with like
+
+    references, scenarios = {}, {}
+    for name, sc in SCENARIOS.items():
+        spec = load_spec(grid(min(size_log2, sc.max_log2 or size_log2), **sc.keys))
+        if cpu and sc.reference == name:
+            references[name] = reference(spec)
+        expected = references[name].pop("times") if name in references else None
+        scenarios[name] = {**scenario(spec, expected), "grid": spec.size, "target": sc.target,
+                           "peak_rss_mib": peak_rss_mib()}
+        if sc.reference in references:
+            scenarios[name]["reference"] = sc.reference
+            scenarios[name]["ratio"] = scenarios[name]["sweep_rate"] / references[sc.reference]["rate"]
+    result["references"], result["scenarios"] = references, scenarios
+    devs = evaluate.visible_devices()
+    result["kernel_rate"] = kernel_rate(load_spec(grid(size_log2)), devs)
+    result["modes"] = {name: lowering(load_spec(grid(10, **keys)))[0] for name, keys in SHAPES.items()}
+    result["bert_large_compile"] = compile_time("bert_large", devs)
 
     if result["platform"] == "gpu":
         big = load_spec(grid(gpu_log2))
         sweep.run(big, chunk=1 << 22)
         result["gpu_grid"] = big.size
         result["gpu_sweep_rate"] = big.size / best_of(lambda: sweep.run(big, chunk=1 << 22), 2)
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mib"] = peak_rss_mib()
 
     if memory:
         result.update(sampled_memory())
@@ -161,22 +255,72 @@ with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
     return {"sampled_configs": n, "sampled_seconds": seconds, "sampled_peak_rss_mib": rss}
 
 
+def rate(x: float) -> str:
+    """Configurations per second, scaled (the unrolled path is orders of magnitude slower)."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:6.2f} {unit}/s"
+    return f"{x:6.2f}  /s"
+
+
+def report(r: dict) -> str:
+    """The printed table of one worker's results."""
+    lines = [f"\n{r['devices']} {r['platform']} device(s), ring all-reduce",
+             f"  {'scenario':<21} {'grid':>9} {'lowering':<11} {'reference':>10} {'sweep.run':>10} {'ratio':>6}"
+             f" {'peak RSS':>9}  target"]
+    for name, s in r["scenarios"].items():
+        ref = r["references"].get(s.get("reference"))
+        reference_rate = rate(ref["rate"]) if ref else f"{'-':>10}"
+        ratio, verdict = f"{'-':>6}", ""
+        if "ratio" in s:
+            ratio = f"{s['ratio']:6.2f}" if s["ratio"] >= 0.01 else f"{s['ratio']:6.0e}"
+            held = f" (of {s['reference']})" if s["reference"] != name else ""
+            verdict = f"  >= {s['target']}{held} {'ok' if s['ratio'] >= s['target'] else 'MISSED'}"
+        lines.append(f"  {name:<21} {s['grid']:>9,} {s['mode']:<11} {reference_rate} {rate(s['sweep_rate'])} "
+                     f"{ratio} {s['peak_rss_mib']:5.0f} MiB{verdict}")
+    if r["scenarios"]["resnet50/wfbp"]["grid"] < 2 ** 18:
+        lines.append("  (on grids this small sweep.run's fixed cost per call weighs on its rate: "
+                     "the targets are for 2**20)")
+    lines.append(f"  {'sweep kernel alone, resnet50/wfbp':<55}{rate(r['kernel_rate'])}")
+    for name, ref in r["references"].items():
+        diff = r["scenarios"][name]["max_rel_diff"]
+        lines.append(f"  reference {name:<21} compile {ref['compile_s']:5.1f} s, max relative difference "
+                     f"from sweep.run {diff:.1e}")
+    lines.append("  resnet50 lowering: " + ", ".join(f"{name} {mode}" for name, mode in r["modes"].items()))
+    bert = r["bert_large_compile"]
+    verdict = "ok" if bert["compile_s"] < BERT_COMPILE_TARGET_S else "MISSED"
+    lines.append(f"  {'bert_large compile':<22} {bert['compile_s']:8.2f} s ({bert['tasks']} tasks, {bert['mode']}; "
+                 f"target < {BERT_COMPILE_TARGET_S:g} s {verdict})")
+    if "gpu_sweep_rate" in r:
+        lines.append(f"  {'GPU sweep.run':<22} {r['gpu_sweep_rate'] / 1e9:8.2f} G configurations/s "
+                     f"({r['gpu_grid']:,} configurations)")
+    lines.append(f"  {'peak memory':<22} {r['peak_rss_mib']:8.0f} MiB")
+    if "sampled_configs" in r:
+        lines.append(f"  {'10^8 sampled sweep':<22} {r['sampled_seconds']:8.1f} s, "
+                     f"peak {r['sampled_peak_rss_mib']:.0f} MiB")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--memory", action="store_true", help="also measure a 10^8-configuration sampled sweep")
+    parser.add_argument("--size-log2", type=int, default=20, help="log2 of the CPU grid size (default 20, least 10)")
     parser.add_argument("--gpu-log2", type=int, default=28, help="log2 of the GPU grid size (default 28)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
+    if args.size_log2 < 10:
+        parser.error("--size-log2 must be at least 10")
     if args.worker:
-        print(json.dumps(worker(args.devices, args.memory, args.gpu_log2)))
+        print(json.dumps(worker(args.devices, args.memory, args.gpu_log2, args.size_log2)))
         return 0
 
     cores = os.cpu_count() or 1
     runs = []
     for devices, memory in [(1, False), (cores, args.memory)]:
-        cmd = [sys.executable, __file__, "--worker", "--devices", str(devices), "--gpu-log2", str(args.gpu_log2)]
+        cmd = [sys.executable, __file__, "--worker", "--devices", str(devices), "--gpu-log2", str(args.gpu_log2),
+               "--size-log2", str(args.size_log2)]
         done = subprocess.run(cmd + (["--memory"] if memory else []), capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": _root()})
         if done.returncode:
@@ -185,19 +329,8 @@ def main(argv=None) -> int:
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"machine: {platform.processor() or platform.machine()}, {cores} cores, Python {platform.python_version()}")
     for r in runs:
-        print(f"\n{r['devices']} {r['platform']} device(s), 1,048,576-configuration resnet50/wfbp/ring grid")
-        for key, label, scale in [("reference_rate", "fused reference", 1e6), ("kernel_rate", "sweep kernel", 1e6),
-                                  ("sweep_rate", "sweep.run", 1e6), ("mgwfbp_sweep_rate", "sweep.run, mgwfbp", 1e6),
-                                  ("gpu_sweep_rate", "GPU sweep.run", 1e9)]:
-            if key in r:
-                unit = "G" if scale == 1e9 else "M"
-                print(f"  {label:<22} {r[key] / scale:8.2f} {unit} configurations/s")
-        if "sweep_over_reference" in r:
-            print(f"  {'sweep.run / reference':<22} {r['sweep_over_reference']:8.2f}")
-        print(f"  {'bert_large compile':<22} {r['bert_large_compile_s']:8.2f} s ({r['bert_large_tasks']} tasks)")
-        print(f"  {'peak memory':<22} {r['peak_rss_mib']:8.0f} MiB")
-        if "sampled_configs" in r:
-            print(f"  {'10^8 sampled sweep':<22} {r['sampled_seconds']:8.1f} s, peak {r['sampled_peak_rss_mib']:.0f} MiB")
+        print(report(r))
+    print("\n(rates in configurations per second; ratio = sweep.run / fused reference)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
