@@ -254,10 +254,11 @@ def _finish(p, latency, per_byte, breaks, step_lat, step_byte) -> CollectiveCost
                           Steps(stack(breaks), stack([zero(x) for x in step_lat]), stack([zero(x) for x in step_byte])))
 
 
-def collective_cost(p) -> CollectiveCost:
+def collective_cost(p, phases=None) -> CollectiveCost:
     """The piecewise cost of one all-reduce for every configuration; affine
-    (no `steps`) when `p` holds none of the links' extension fields."""
-    a, b, overhead = _two_phases(p)
+    (no `steps`) when `p` holds none of the links' extension fields.
+    `phases`: `_two_phases(p)` when the caller has it already."""
+    a, b, overhead = _two_phases(p) if phases is None else phases
     latency = a[0] + b[0] + overhead
     per_byte = a[1] + b[1]
     breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
@@ -289,21 +290,23 @@ def stage_costs(p) -> dict:
     all-reduce: intra reduce-scatter and all-gather (halves of phase A) and
     the inter all-reduce (phase B), which carries the per-call overhead."""
     def phase(which: str) -> CollectiveCost:
-        a, b, overhead = _two_phases(p)
-        ph = a if which == "a" else b
-        extra = overhead if which == "b" else 0.0
+        a, b, overhead = costs["phases"]
+        ph, extra = (a, 0.0) if which == "a" else (b, overhead)
         return _finish(p, ph[0] + extra, ph[1], [ph[2][0][0], ph[2][1][0]], [ph[2][0][1], ph[2][1][1]],
                        [ph[2][0][2], ph[2][1][2]])
 
-    makers = {
-        "allreduce": lambda: collective_cost(p),
-        "reduce_scatter": lambda: scaled_cost(collective_cost(p), 0.5),
-        "all_gather": lambda: scaled_cost(collective_cost(p), 0.5),
-        "intra_reduce_scatter": lambda: scaled_cost(phase("a"), 0.5),
-        "intra_all_gather": lambda: scaled_cost(phase("a"), 0.5),
+    # Each entry is built once, from the ones it needs, on first access.
+    costs = _Lazy({
+        "phases": lambda: _two_phases(p),
+        "allreduce": lambda: collective_cost(p, costs["phases"]),
+        "reduce_scatter": lambda: scaled_cost(costs["allreduce"], 0.5),
+        "all_gather": lambda: scaled_cost(costs["allreduce"], 0.5),
+        "intra_phase": lambda: phase("a"),
+        "intra_reduce_scatter": lambda: scaled_cost(costs["intra_phase"], 0.5),
+        "intra_all_gather": lambda: scaled_cost(costs["intra_phase"], 0.5),
         "inter_allreduce": lambda: phase("b"),
-    }
-    return _Lazy(makers)
+    })
+    return costs
 
 
 class _Lazy(dict):

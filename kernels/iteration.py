@@ -12,6 +12,8 @@ fits, sensitivities and `explain`, comes from that one program:
 """
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 
 from kernels.collectives import LINK_FIELDS, stage_costs
@@ -117,9 +119,9 @@ def iteration_primaries(dag, p, fixed_buckets=False):
         t_free = iteration_time(lowered, free_ctx)[0]
     # DESIGN 2.4: communication time is the sum of the comm durations of one
     # iteration (over every channel); the bottleneck compares the busiest one.
-    busy = jnp.stack(jnp.broadcast_arrays(t, *run.busy.values()))[1:]
-    communication = jnp.sum(busy, axis=0) if len(busy) else jnp.zeros_like(t)
-    busiest = jnp.max(busy, axis=0) if len(busy) else jnp.zeros_like(t)
+    busy = list(run.busy.values())
+    communication = sum(busy, jnp.zeros_like(t))
+    busiest = functools.reduce(jnp.maximum, busy, jnp.zeros_like(t))  # busy times are >= 0
     io, h2d = input_times(p)
     micro = dag.micro_batches
     t, t_free, compute_time, communication, busiest = jnp.broadcast_arrays(t, t_free, compute_time, communication,
