@@ -155,13 +155,14 @@ def kernel_rate(spec, devs) -> float:
     from sweep.compiler import compile_structure
     from sweep.params import kernel_params
     from sweep.plan import Plan
+    from sweep.spec import possible_values
 
     plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
     chunk = next(plan.chunks())
     compiled = compile_structure(chunk.structure)
     model = zoo.get_model(chunk.structure["model"], chunk.structure["seq_len"])
     params = devs.put(kernel_params(plan.columns(chunk)[0], model, chunk.padded, compact=True))
-    fixed = evaluate.spec_strategies(spec) <= {"bsp", "wfbp"}
+    fixed = possible_values(spec, "strategy") <= {"bsp", "wfbp"}
 
     def run():
         jax.block_until_ready(evaluate._sweep_kernel(compiled, params, spec.outputs, chunk.padded, (), fixed))
@@ -177,7 +178,7 @@ def compile_time(model: str, devs) -> dict:
     from sweep.compiler import compile_zoo_model, shape_of
     from sweep.params import kernel_params
     from sweep.plan import Plan
-    from sweep.spec import load_spec
+    from sweep.spec import load_spec, possible_values
 
     spec = load_spec({"model": model, "batch_size": [8, 16], "nodes": [1, 2], "iterations": 3})
     plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
@@ -185,7 +186,7 @@ def compile_time(model: str, devs) -> dict:
     s = chunk.structure
     params = devs.put(kernel_params(plan.columns(chunk)[0], zoo.get_model(model, s["seq_len"]), chunk.padded,
                                     compact=True))
-    fixed = evaluate.spec_strategies(spec) <= {"bsp", "wfbp"}
+    fixed = possible_values(spec, "strategy") <= {"bsp", "wfbp"}
     start = time.perf_counter()
     compiled = compile_zoo_model.__wrapped__(model, s["seq_len"], s["iterations"], s["compute.trace"], shape_of(s))
     evaluate._primary_kernel.lower(compiled, params, (), fixed).compile()

@@ -23,7 +23,7 @@ from sweep.params import kernel_params
 from sweep.plan import Plan
 from sweep.schema import SpecError
 from sweep.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
-from sweep.spec import Spec
+from sweep.spec import Spec, possible_values
 
 DEFAULT_CHUNK = 1 << 18
 
@@ -77,20 +77,6 @@ def _output_kernel(primary, params, outputs, size):
     return {name: jnp.broadcast_to(out[name], (size,)) for name in outputs}
 
 
-def spec_strategies(spec: Spec) -> set[str]:
-    """Every strategy the scenario's configurations can use (explicit, or
-    from their presets, or the default). Decided per scenario, not per chunk,
-    so a configuration's result never depends on how the sweep is chunked."""
-    from sweep.params import DEFAULT_STRATEGY
-    from sweep.presets import PRESETS
-
-    if spec.given("strategy"):
-        return set(spec.values("strategy"))
-    if spec.given("preset"):
-        return {PRESETS[p].strategy for p in spec.values("preset")}
-    return {DEFAULT_STRATEGY}
-
-
 def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> None:
     """Evaluate every chunk of `plan` not yet in `store.completed`."""
     done = np.zeros(plan.num_chunks, bool)
@@ -125,7 +111,7 @@ def _dispatch(spec, plan, chunk, devices):
             if multiplier is not None and params[multiplier].shape > params[param].shape:
                 params[param] = np.broadcast_to(params[param], params[multiplier].shape).copy()
     out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents,
-                        spec_strategies(spec) <= {"bsp", "wfbp"})
+                        possible_values(spec, "strategy") <= {"bsp", "wfbp"})
     return out, sampled  # asynchronous
 
 

@@ -272,22 +272,24 @@ def _check_models(spec: Spec) -> None:
                 raise SpecError("seq_len", seq_len, f"invalid for {model}: {err}")
 
 
-def spec_algorithms(spec: Spec) -> set[str]:
-    """Every all-reduce algorithm the scenario's configurations can use
-    (explicit, or from their presets, or the default)."""
-    from sweep.params import DEFAULT_ALGORITHM
+def possible_values(spec: Spec, key: str) -> set[str]:
+    """Every value of `strategy` or `algorithm` the scenario's configurations
+    can take (explicit, or from their presets, or the default). Decided per
+    scenario, not per chunk, so a configuration's result never depends on
+    how the sweep is chunked."""
+    from sweep.params import DEFAULT_ALGORITHM, DEFAULT_STRATEGY
     from sweep.presets import PRESETS
 
-    if spec.given("algorithm"):
-        return set(spec.values("algorithm"))
+    if spec.given(key):
+        return set(spec.values(key))
     if spec.given("preset"):
-        return {PRESETS[p].algorithm or DEFAULT_ALGORITHM for p in spec.values("preset")}
-    return {DEFAULT_ALGORITHM}
+        return {getattr(PRESETS[p], key) for p in spec.values("preset")}
+    return {{"strategy": DEFAULT_STRATEGY, "algorithm": DEFAULT_ALGORITHM}[key]}
 
 
 def _check_shapes(spec: Spec) -> None:
     """The DAG shapes of DESIGN 2.5 that do not combine."""
-    algorithms = spec_algorithms(spec)
+    algorithms = possible_values(spec, "algorithm")
     for zero in spec.values("zero"):
         if zero == 0:
             continue
