@@ -17,10 +17,11 @@ import time
 import numpy as np
 import xarray as xr
 
-from sweep import catalog
-from sweep.bandwidth_target import required_inter_bandwidth
-from sweep.report import markdown_table, write_dataset, pyplot, save_figure, study_arguments, write_text
-from sweep.spec import load_spec
+from sweep.scenario import catalog
+from sweep.engine.bandwidth_target import required_inter_bandwidth
+from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
+from sweep.atomic import write_dataset, write_text
+from sweep.scenario.spec import load_spec
 
 TARGET = 0.9
 GPUS_PER_NODE = 4

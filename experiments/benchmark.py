@@ -104,8 +104,8 @@ def peak_rss_mib() -> float:
 
 def lowering(spec):
     """(mode, reason) of the DAG of a single-group scenario."""
-    from sweep.compiler import compile_structure
-    from sweep.plan import Plan
+    from sweep.graph.compiler import compile_structure
+    from sweep.engine.plan import Plan
 
     lowered = compile_structure(next(Plan(spec, spec.size).chunks()).structure).lowered
     return lowered.mode, lowered.reason
@@ -151,11 +151,12 @@ def kernel_rate(spec, devs) -> float:
     """The sweep kernel alone on one pre-built, pre-sharded chunk."""
     import jax
 
-    from sweep import evaluate, zoo
-    from sweep.compiler import compile_structure
-    from sweep.params import kernel_params
-    from sweep.plan import Plan
-    from sweep.spec import possible_values
+    from sweep.engine import evaluate
+    from sweep.graph import zoo
+    from sweep.graph.compiler import compile_structure
+    from sweep.engine.params import kernel_params
+    from sweep.engine.plan import Plan
+    from sweep.scenario.spec import possible_values
 
     plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
     chunk = next(plan.chunks())
@@ -174,11 +175,12 @@ def kernel_rate(spec, devs) -> float:
 def compile_time(model: str, devs) -> dict:
     """Host DAG build (bypassing the compile cache) plus XLA compile of the
     sweep's primary kernel, for a 3-iteration DAG of `model`."""
-    from sweep import evaluate, zoo
-    from sweep.compiler import compile_zoo_model, shape_of
-    from sweep.params import kernel_params
-    from sweep.plan import Plan
-    from sweep.spec import load_spec, possible_values
+    from sweep.engine import evaluate
+    from sweep.graph import zoo
+    from sweep.graph.compiler import compile_zoo_model, shape_of
+    from sweep.engine.params import kernel_params
+    from sweep.engine.plan import Plan
+    from sweep.scenario.spec import load_spec, possible_values
 
     spec = load_spec({"model": model, "batch_size": [8, 16], "nodes": [1, 2], "iterations": 3})
     plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
@@ -199,8 +201,8 @@ def worker(devices: int, memory: bool, gpu_log2: int, size_log2: int) -> dict:
     import jax
 
     import sweep
-    from sweep import evaluate
-    from sweep.spec import load_spec
+    from sweep.engine import evaluate
+    from sweep.scenario.spec import load_spec
 
     result = {"platform": jax.devices()[0].platform, "devices": jax.device_count(), "grid": 2 ** size_log2}
     cpu = result["platform"] == "cpu"  # the reference runs on the host: compare like with like

@@ -21,7 +21,8 @@ import xarray as xr
 
 import sweep
 from kernels.codes import BOTTLENECKS
-from sweep.report import markdown_table, write_dataset, pyplot, save_figure, study_arguments, write_text
+from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
+from sweep.atomic import write_dataset, write_text
 
 BATCH = 64
 GPUS_PER_NODE = 4

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.calibrate import Options, calibrate, summary
-from sweep.report import markdown_table, require_data, study_arguments, write_text
+from sweep.fit.optimise import Options
+from sweep.fit.calibrate import calibrate, fit_summary
+from sweep.report.files import markdown_table, require_data, study_arguments
+from sweep.atomic import write_text
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "osu_allreduce_latency.csv"
 QUICK = Options(starts=4, steps=600, polish=300)
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         full, by_p = fit(["inter"], Path(folder), args.out / "fit_inter.toml", options)
         plain, by_p_plain = fit(["inter.alpha", "inter.bandwidth"], Path(folder), None, options)
-    print(summary(full), file=sys.stderr)
+    print(fit_summary(full), file=sys.stderr)
     rows = [[p, len(e), f"{100 * np.median(e):.1f} %", f"{100 * e.max():.1f} %",
              f"{100 * np.median(by_p_plain[p]):.1f} %", f"{100 * by_p_plain[p].max():.1f} %"]
             for p, e in by_p.items()]

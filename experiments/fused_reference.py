@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sweep.dag import ALWAYS, COMM_COSTS, COMPUTE_COSTS, IF_SENDS, NO_PREFETCH, Dag, Task, switch_rule
+from kernels.codes import ALWAYS, COMM_COSTS, COMPUTE_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
+from sweep.graph.dag import Dag, Task
 
 
 def used_costs(dag: Dag) -> tuple[list[str], list[str]]:
@@ -136,10 +137,10 @@ def reference_scalars(params: dict[str, np.ndarray], compiled) -> dict[str, np.n
 def reference_inputs(spec):
     """(compiled DAG, `reference_scalars`) of a single-group scenario, its
     configurations in the cube's order: setup, not timed."""
-    from sweep import zoo
-    from sweep.compiler import compile_structure
-    from sweep.params import kernel_params
-    from sweep.plan import Plan
+    from sweep.graph import zoo
+    from sweep.graph.compiler import compile_structure
+    from sweep.engine.params import kernel_params
+    from sweep.engine.plan import Plan
 
     plan = Plan(spec, spec.size)
     (chunk,) = plan.chunks()  # one chunk of every configuration, unpadded
@@ -168,7 +169,7 @@ CHECK_SHAPES = {"barrier": {}, "layerwise": {"update": "layerwise"}, "zero3": {"
 def max_relative_difference(scenario: dict) -> float:
     """Largest |reference - sweep.run| / sweep.run over the scenario's iteration times."""
     import sweep
-    from sweep.spec import load_spec
+    from sweep.scenario.spec import load_spec
 
     spec = load_spec(scenario)
     expected = sweep.run(spec)["iteration_time"].values.reshape(-1)

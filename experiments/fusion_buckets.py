@@ -20,7 +20,8 @@ import numpy as np
 import xarray as xr
 
 import sweep
-from sweep.report import markdown_table, write_dataset, pyplot, save_figure, study_arguments, write_text
+from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
+from sweep.atomic import write_dataset, write_text
 
 MiB = 1 << 20
 DDP_BUCKET = 25 * MiB

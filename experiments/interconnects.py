@@ -22,7 +22,8 @@ import numpy as np
 import xarray as xr
 
 import sweep
-from sweep.report import markdown_table, write_dataset, pyplot, save_figure, study_arguments, write_text
+from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
+from sweep.atomic import write_dataset, write_text
 
 FRAMEWORKS = ("caffe-mpi", "cntk", "mxnet", "tensorflow")
 SINGLE_NODE_LINKS = ("pcie3", "nvlink2")

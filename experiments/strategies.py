@@ -17,7 +17,8 @@ import time
 import xarray as xr
 
 import sweep
-from sweep.report import markdown_table, write_dataset, pyplot, save_figure, study_arguments, write_text
+from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
+from sweep.atomic import write_dataset, write_text
 
 STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
 BASELINES = ("wfbp", "bsp")

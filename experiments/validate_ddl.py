@@ -65,10 +65,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import calibrate as cal
-from sweep import validate as val
-from sweep.calibrate import Options, read_base, read_rows, summary, write_atomic
-from sweep.report import markdown_table, require_data, write_text
+from sweep.fit.calibrate import fit_document
+from sweep.fit import validate as val
+from sweep.fit.optimise import Options
+from sweep.fit.data import read_base, read_rows
+from sweep.fit.calibrate import fit_summary
+from sweep.atomic import write_text
+from sweep.report.files import markdown_table, require_data
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 BASE = 'gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "10gbe"\n'
@@ -141,11 +144,11 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: O
                     folds[0].train, tuple(sorted(i for f in folds for i in f.test)))
     label = f"{data_name}: {fold.name}, mapped by experiments/validate_ddl.py"
     result = val.run_fold(rows, fold, list(FIT), base, options, label)
-    doc = cal.fit_document({k: v for k, v in base.items() if k not in FIT}, result.fit, label)
+    doc = fit_document({k: v for k, v in base.items() if k not in FIT}, result.fit, label)
     import tomli_w
 
-    write_atomic(out / f"fit_{name}.toml", tomli_w.dumps(doc))
-    print(f"{name}:\n{summary(result.fit)}", file=sys.stderr)
+    write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
+    print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)
     test = [records[i] for i in fold.test]
     pick = lambda column: np.array([r[column] for r in result.records])  # noqa: E731
     return {"name": name, "test": test, "predicted": pick("predicted"), "naive": pick("naive"),

@@ -37,11 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import catalog
-from sweep.calibrate import Options, calibrate
-from sweep.measurements import read_measurements
-from sweep.report import markdown_table, study_arguments, write_text
-from sweep.validate import records_csv, validate
+from sweep.scenario import catalog
+from sweep.fit.optimise import Options
+from sweep.fit.calibrate import calibrate
+from sweep.fit.measurements import read_measurements
+from sweep.report.files import markdown_table, study_arguments
+from sweep.atomic import write_text
+from sweep.fit.validate import records_csv, validate
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
 MEBI = 1 << 20

@@ -1,4 +1,5 @@
-"""Integer codes of the categorical choices a kernel selects per configuration."""
+"""Integer codes the kernels read: categorical choices per configuration, and the
+program format's cost rows and edge switches (written by `sweep.graph.dag`)."""
 
 STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
 ALGORITHMS = ("ring", "rhd", "tree", "hierarchical", "ps")
@@ -6,3 +7,26 @@ BOTTLENECKS = ("compute", "communication", "input")
 
 BSP, WFBP, FUSION, MGWFBP = range(len(STRATEGIES))
 RING, RHD, TREE, HIERARCHICAL, PS = range(len(ALGORITHMS))
+
+# Cost rows (`kernels.program`): compute and input scale with `coef`; the
+# communication rows are collective costs of `coef` * gradient bytes.
+COMPUTE_COSTS = ("io", "h2d", "forward", "backward", "update", "update_shard")
+COMM_COSTS = ("allreduce", "reduce_scatter", "all_gather",
+              "intra_reduce_scatter", "inter_allreduce", "intra_all_gather")
+COSTS = COMPUTE_COSTS + COMM_COSTS
+
+# Edge switches. 0 and 1 are fixed; 2 + 2 * ref + rule gates an edge on what
+# slot `ref` (a policy task) did in the configuration.
+ALWAYS = 0
+NO_PREFETCH = 1
+IF_SENDS = 0  # the slot sends its bucket
+IF_HOLDS = 1  # the slot sends nothing: its gradients ride with a later slot
+
+
+def switch_of(rule: int, ref: int) -> int:
+    return 2 + 2 * ref + rule
+
+
+def switch_rule(switch: int) -> tuple[int, int]:
+    """(rule, ref) of a slot switch (>= 2)."""
+    return (switch - 2) % 2, (switch - 2) // 2

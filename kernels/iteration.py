@@ -34,12 +34,6 @@ PARAMS = (
     "ps_pipelined",  # only when a scenario sets ps.pipelined (kernels.collectives)
 )
 
-OUTPUTS = (
-    "iteration_time", "throughput", "speedup", "scaling_efficiency", "compute_time",
-    "communication_time", "exposed_communication", "io_time", "bottleneck",
-)
-
-
 # Optional entries of `p` for fitting (absent in sweeps, so the hard max stays):
 #   max_temperature [C] s: smooth max in the program and the recursion;
 #   switch_width [C] ln bytes: smooth protocol steps (kernels.collectives).

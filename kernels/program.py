@@ -28,7 +28,7 @@ import numpy as np
 from kernels.channel import policy_channel
 from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
 from kernels.smooth import maximum
-from sweep.dag import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
+from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
 
 NEG = -jnp.inf
 

@@ -28,11 +28,11 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
     import numpy as np
     import xarray as xr
 
-    from sweep.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
-    from sweep.plan import Plan
-    from sweep.schema import SpecError
-    from sweep.spec import Spec, load_spec
-    from sweep.store import MemoryStore, NetcdfStore, NullStore, WriteError, identity, make_layout
+    from sweep.engine.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
+    from sweep.engine.plan import Plan
+    from sweep.errors import SpecError
+    from sweep.scenario.spec import Spec, load_spec
+    from sweep.engine.store import MemoryStore, NetcdfStore, NullStore, WriteError, identity, make_layout
 
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
     devices = visible_devices()
@@ -83,7 +83,7 @@ class _Progress:
         self.bar = bar
 
     def update(self, n: int) -> None:
-        from sweep import interrupt
+        from sweep.engine import interrupt
 
         if self.bar is not None:
             self.bar.update(n)

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from sweep import __version__
-from sweep.schema import SpecError
+from sweep.errors import SpecError
 
 # `run` refuses a cube above this size (uncompressed) unless --allow-large.
 MAX_CUBE_BYTES = 64 * 2**30
@@ -30,8 +30,8 @@ GPU_SPEEDUP = 30  # a GPU device against one CPU device, roughly
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from sweep.interrupt import Interrupted
-    from sweep.store import write_error
+    from sweep.engine.interrupt import Interrupted
+    from sweep.engine.store import write_error
 
     try:
         with warnings.catch_warnings():
@@ -208,7 +208,7 @@ def _same_file(a: Path, b: Path) -> bool:
 def _probe_writable(out: Path, key: str) -> None:
     """Create and remove a file beside `out` (as the atomic write will), and
     check an existing `out` may be replaced: fail now, not after the work."""
-    from sweep.store import write_error
+    from sweep.engine.store import write_error
 
     probe = out.with_name(f".{out.name}.{os.getpid()}.probe")
     try:
@@ -237,7 +237,7 @@ def _inputs_of_spec(spec_path: str, spec) -> list[tuple[str, str]]:
 
 
 def _run(args) -> int:
-    from sweep.interrupt import check_all, deferred_signals
+    from sweep.engine.interrupt import check_all, deferred_signals
 
     with deferred_signals():  # Ctrl-C and SIGTERM stop between chunks (sweep.interrupt)
         return _run_sweep(args, check_all)
@@ -245,7 +245,7 @@ def _run(args) -> int:
 
 def _run_sweep(args, check) -> int:
     import sweep
-    from sweep.spec import load_spec
+    from sweep.scenario.spec import load_spec
 
     _check_output(args.output, inputs={"scenario": args.spec}, probe=False)
     if args.chunk is not None and args.chunk < 1:
@@ -259,7 +259,7 @@ def _run_sweep(args, check) -> int:
         _check_output(str(output) + derived, "--output", inputs, probe=False)
     _check_output(args.output, inputs=inputs)
     if args.coordinator:
-        from sweep.devices import join_cluster
+        from sweep.engine.devices import join_cluster
         join_cluster(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout)
     elif args.num_processes != 1:
         raise SpecError("--coordinator", None, "required with --num-processes > 1")
@@ -275,7 +275,7 @@ def _run_sweep(args, check) -> int:
         if leader and not (args.quiet and routine):
             print(f"ssgd-sweep: {message}", file=sys.stderr)
 
-    from sweep.store import OutputLock
+    from sweep.engine.store import OutputLock
 
     lock = OutputLock(output) if leader else None  # one writer per output, for the whole run
     try:
@@ -297,10 +297,10 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
     (unless --allow-large)."""
     import jax
 
-    from sweep import zoo
-    from sweep.evaluate import DEFAULT_CHUNK
-    from sweep.plan import Plan
-    from sweep.store import SPACE_MARGIN, estimate_bytes, make_layout
+    from sweep.graph import zoo
+    from sweep.engine.evaluate import DEFAULT_CHUNK
+    from sweep.engine.plan import Plan
+    from sweep.engine.store import SPACE_MARGIN, estimate_bytes, make_layout
 
     devices = jax.devices()
     plan = Plan(spec, chunk or DEFAULT_CHUNK, multiple=len(devices))
@@ -348,9 +348,10 @@ def _bytes(n: float) -> str:
 
 
 def _explain(args) -> int:
-    from sweep.explain import explain, format_explain
-    from sweep.report import FIGURE_SUFFIXES, check_output
-    from sweep.spec import load_spec
+    from sweep.report.explain import explain, format_explain
+    from sweep.report.files import FIGURE_SUFFIXES
+    from sweep.atomic import check_output
+    from sweep.scenario.spec import load_spec
 
     # Check every output before the work, so bad paths fail fast and write nothing.
     plot = check_output("--plot", args.plot, FIGURE_SUFFIXES) if args.plot else None
@@ -367,12 +368,12 @@ def _explain(args) -> int:
         raise SpecError("--trace", str(trace), "is also the --plot file")
     doc = explain(spec)
     if plot:
-        from sweep.gantt import plot_gantt
+        from sweep.report.gantt import plot_gantt
 
         plot_gantt(doc, plot)
         print(f"wrote {plot}", file=sys.stderr)
     if trace:
-        from sweep.chrome_trace import write_trace
+        from sweep.report.chrome_trace import write_trace
 
         write_trace(doc, trace)
         print(f"wrote {trace}", file=sys.stderr)
@@ -381,7 +382,7 @@ def _explain(args) -> int:
 
 
 def _plot(args) -> int:
-    from sweep.quicklook import plot_cube
+    from sweep.report.quicklook import plot_cube
 
     # The figure goes next to the cube unless -o says otherwise: check that place before drawing.
     _check_output(args.output or str(Path(args.cube).with_suffix(".png")), "-o", {"cube": args.cube})
@@ -394,7 +395,7 @@ def _plot(args) -> int:
 
 
 def _models(args) -> int:
-    from sweep import zoo
+    from sweep.graph import zoo
 
     models = [zoo.get_model(name) for name in zoo.MODEL_NAMES]
     if args.json:
@@ -414,7 +415,8 @@ def _models(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from sweep.calibrate import Options, calibrate, summary
+    from sweep.fit.optimise import Options
+    from sweep.fit.calibrate import calibrate, fit_summary
 
     output = _check_output(args.output, inputs={"data": args.data, "base scenario": args.base})
     for name in ("starts", "steps"):
@@ -424,13 +426,13 @@ def _calibrate(args) -> int:
         raise SpecError("--tail", args.tail, "must be >= 0")
     options = Options(starts=args.starts, steps=args.steps, tail=args.tail, seed=args.seed)
     result, _ = calibrate(args.data, args.fit, args.base, output, options)
-    print(summary(result), file=sys.stderr)
+    print(fit_summary(result), file=sys.stderr)
     print(f"wrote {output}", file=sys.stderr)
     return 0
 
 
 def _predict(args) -> int:
-    from sweep.predict import write_predictions
+    from sweep.fit.predict import write_predictions
 
     output = _check_output(args.output, inputs={"fit": args.fit, "query": args.query})
     count = write_predictions(args.fit, args.query, output)
@@ -439,8 +441,9 @@ def _predict(args) -> int:
 
 
 def _validate(args) -> int:
-    from sweep.calibrate import Options, write_atomic
-    from sweep.validate import markdown, records_csv, validate
+    from sweep.fit.optimise import Options
+    from sweep.atomic import write_text
+    from sweep.fit.validate import markdown, records_csv, validate
 
     outputs = [_check_output(p) for p in (args.output, args.table) if p]
     for name in ("starts", "steps", "folds", "min_gpus"):
@@ -455,9 +458,9 @@ def _validate(args) -> int:
                        fmt=args.format)
     table = markdown(results)
     if args.output:
-        write_atomic(outputs[0], records_csv(results))
+        write_text(outputs[0], records_csv(results))
     if args.table:
-        write_atomic(outputs[-1], table)
+        write_text(outputs[-1], table)
     print(table)
     return 0
 
@@ -466,7 +469,7 @@ def _demo(args) -> int:
     import tomllib
 
     import sweep
-    from sweep.demo import DEMO_SCENARIO, summarize
+    from sweep.report.demo import DEMO_SCENARIO, summarize
 
     output = _check_output(args.output) if args.output else None
     cube = sweep.run(tomllib.loads(DEMO_SCENARIO), output)

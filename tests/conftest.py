@@ -33,22 +33,22 @@ def write_spec(tmp_path):
 
 @pytest.fixture(autouse=True, scope="session")
 def every_fit_respects_the_wire():
-    """Every fit the test suite makes (through sweep.calibrate.fit, which
+    """Every fit the test suite makes (through sweep.fit.optimise.fit, which
     calibrate and validate call) is checked: no all-reduce, on any algorithm
     and cluster shape, is faster than its wire lower bound at the links' line
     rates (issue 8). Session-wide, so module fixtures that fit are checked too."""
-    import sweep.calibrate as calibrate
+    from sweep.fit import optimise, wire
 
-    fit = calibrate.fit
+    fit = optimise.fit
 
-    def checked(rows, fitted, base, options=calibrate.Options()):
+    def checked(rows, fitted, base, options=optimise.Options()):
         result = fit(rows, fitted, base, options)
-        violations = calibrate.wire_bound_violations(rows, result)
+        violations = wire.wire_bound_violations(rows, result)
         assert not violations, "fit below the wire lower bound:\n" + "\n".join(violations[:10])
         checked.count += 1
         return result
 
     checked.count = 0
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(calibrate, "fit", checked)
+        patch.setattr(optimise, "fit", checked)
         yield checked

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sweep.dag import ALWAYS, IF_SENDS, NO_PREFETCH, Dag
+from kernels.codes import ALWAYS, IF_SENDS, NO_PREFETCH
+from sweep.graph.dag import Dag
 
 TINY32 = np.finfo(np.float32).tiny
 

@@ -1,4 +1,4 @@
-"""kernels.buckets against plain-Python implementations of the DESIGN 2.3 rules.
+"""bucket_views against plain-Python implementations of the DESIGN 2.3 rules.
 
 All inputs sit on exact binary grids (integer bytes in multiples of 16 KiB,
 times in multiples of 2**-12, per-byte costs that are powers of two), so the
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.buckets import bsp_buckets, bucket_bytes, fusion_buckets, mgwfbp_buckets
+from bucket_views import bsp_buckets, bucket_bytes, fusion_buckets, mgwfbp_buckets
 from kernels.codes import BSP, FUSION, MGWFBP, WFBP
 
 from reference_rules import bsp_rule, fusion_rule, mgwfbp_rule, wfbp_rule

@@ -19,9 +19,9 @@ import pytest
 
 import sweep
 from kernels.iteration import iteration_outputs
-from sweep import zoo
-from sweep.compiler import compile_zoo_model
-from sweep.params import point_params
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_zoo_model
+from sweep.engine.params import point_params
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 OSU = DATA / "osu_allreduce_latency.csv"

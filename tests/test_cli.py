@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from sweep import zoo
-from sweep.spec import load_spec
+from sweep.graph import zoo
+from sweep.scenario.spec import load_spec
 
 
 def test_models_json(cli):
@@ -65,7 +65,7 @@ def test_integral_floats_accepted_for_integer_keys():
 
 def test_link_override_keeps_catalog_latency(cli, write_spec):
     """`name` picks the catalog entry; a given field overrides just that field."""
-    from sweep import catalog
+    from sweep.scenario import catalog
     base = 'model = "alexnet"\nbatch_size = 16\nnodes = 2\nalgorithm = "ring"\nstrategy = "bsp"\n'
     doc = json.loads(cli("explain", write_spec(base + '[inter]\nname = "10gbe"\nbandwidth = 5e9\n'), "--json")[1])
     comm = next(t for t in doc["tasks"] if t["kind"] == "comm")

@@ -1,6 +1,6 @@
 """kernels.collectives against the DESIGN 2.2 closed forms (float64, in the test).
 
-Parameters come from sweep.params.point_params (canonical scenario keys), so the
+Parameters come from sweep.engine.params.point_params (canonical scenario keys), so the
 derived values it feeds the kernel (workers, ceil(log2 P), default servers)
 are checked too; one dict is also built by hand. The end-to-end tests check
 that `explain` gives every comm task the closed-form duration of its bytes.
@@ -13,10 +13,10 @@ import pytest
 
 from kernels.codes import ALGORITHMS
 from kernels.collectives import allreduce_cost, allreduce_time
-from sweep import zoo
-from sweep.explain import explain
-from sweep.params import point_params
-from sweep.spec import load_spec
+from sweep.graph import zoo
+from sweep.report.explain import explain
+from sweep.engine.params import point_params
+from sweep.scenario.spec import load_spec
 
 from reference_rules import allreduce_closed_form, ceil_log2
 

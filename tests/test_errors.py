@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from sweep.schema import SpecError
-from sweep.spec import load_spec
+from sweep.errors import SpecError
+from sweep.scenario.spec import load_spec
 
 GOOD = """
 model = "resnet50"

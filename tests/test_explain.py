@@ -3,7 +3,7 @@ import collections
 
 import pytest
 
-from sweep import zoo
+from sweep.graph import zoo
 
 INTRA_ALPHA, INTRA_BW = 8e-6, 1.2e10
 INTER_ALPHA, INTER_BW = 4e-5, 1.1e9

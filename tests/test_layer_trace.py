@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import sweep
-from sweep import zoo
-from sweep.compiler import compile_zoo_model
-from sweep.evaluate import evaluate_params
-from sweep.explain import explain
-from sweep.layer_trace import load_trace, match_trace
-from sweep.params import point_params
-from sweep.schema import SpecError
-from sweep.spec import load_spec
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_zoo_model
+from sweep.engine.evaluate import evaluate_params
+from sweep.report.explain import explain
+from sweep.graph.layer_trace import load_trace, match_trace
+from sweep.engine.params import point_params
+from sweep.errors import SpecError
+from sweep.scenario.spec import load_spec
 
 BASE = {"model": "alexnet", "batch_size": 32, "nodes": 2, "gpus_per_node": 2, "strategy": "wfbp",
         "iterations": 2, "io": {"time_per_sample": 1e-6}}

@@ -16,11 +16,11 @@ import pytest
 from kernels.collectives import allreduce_time, collective_cost, piecewise_time
 from kernels.iteration import iteration_outputs, steady_state
 from kernels.smooth import maximum
-from sweep import zoo
-from sweep.compiler import compile_zoo_model
-from sweep.explain import explain
-from sweep.params import point_params
-from sweep.spec import load_spec
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_zoo_model
+from sweep.report.explain import explain
+from sweep.engine.params import point_params
+from sweep.scenario.spec import load_spec
 
 from reference_rules import allreduce_closed_form
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep.measurements import detect, read_measurements
+from sweep.fit.measurements import detect, read_measurements
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
 

@@ -6,8 +6,8 @@ import pytest
 import xarray as xr
 
 import sweep
-from sweep.gantt import steady_window
-from sweep.quicklook import draw
+from sweep.report.gantt import steady_window
+from sweep.report.quicklook import draw
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -19,11 +19,12 @@ from kernels.iteration import iteration_time as eager_iteration_time
 from kernels.program import Context
 from oracle import iteration_time as oracle_time
 from oracle import simulate
-from sweep import zoo
-from sweep.compiler import compile_model, compile_zoo_model
-from sweep.dag import ALWAYS, COMM_COSTS, Dag, Shape, Task, build_dag
-from sweep.lowering import LoweringError, lower
-from sweep.params import Column, kernel_params
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_model, compile_zoo_model
+from kernels.codes import ALWAYS, COMM_COSTS
+from sweep.graph.dag import Dag, Shape, Task, build_dag
+from sweep.graph.lowering import LoweringError, lower
+from sweep.engine.params import Column, kernel_params
 
 iteration_time = jax.jit(lambda lowered, ctx: (eager_iteration_time(lowered, ctx)[0], None),
                          static_argnums=(0,))

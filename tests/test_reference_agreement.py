@@ -5,9 +5,9 @@ import pytest
 
 import sweep
 from kernels.codes import ALGORITHMS, STRATEGIES
-from sweep.explain import explain
-from sweep.presets import PRESETS
-from sweep.spec import load_spec
+from sweep.report.explain import explain
+from sweep.scenario.presets import PRESETS
+from sweep.scenario.spec import load_spec
 
 BASE = {"model": "googlenet", "batch_size": 16, "nodes": 3, "gpus_per_node": 2, "bucket_bytes": 4e6,
         "intra": {"alpha": 5e-6, "bandwidth": 2e10}, "inter": {"alpha": 3e-5, "bandwidth": 2e9}}

@@ -15,8 +15,8 @@ import pytest
 import xarray as xr
 
 import sweep
-from sweep import interrupt
-from sweep.store import NetcdfStore, OutputLock
+from sweep.engine import interrupt
+from sweep.engine.store import NetcdfStore, OutputLock
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "sweep"]
@@ -297,9 +297,9 @@ def test_explain_refuses_its_chrome_trace_as_the_trace_it_writes(tmp_path, cli):
 
 
 def test_calibrate_and_predict_refuse_their_inputs_as_output(tmp_path, cli, monkeypatch):
-    import sweep.calibrate
+    import sweep.fit.optimise
 
-    monkeypatch.setattr(sweep.calibrate, "fit", lambda *a, **k: pytest.fail("the fit ran"))
+    monkeypatch.setattr(sweep.fit.optimise, "fit", lambda *a, **k: pytest.fail("the fit ran"))
     data = tmp_path / "data.csv"
     data.write_text("nodes,message_bytes,allreduce_time\n2,1000,1e-5\n2,100000,5e-5\n")
     fit = tmp_path / "fit.toml"
@@ -412,7 +412,7 @@ def test_a_full_disk_inside_hdf5_is_one_line_not_a_crash(tmp_path):
 
 
 def test_read_only_folders_fail_in_one_line_before_any_work(tmp_path, cli, monkeypatch):
-    import sweep.calibrate
+    import sweep.fit.optimise
 
     spec = tmp_path / "spec.toml"
     spec.write_text('model = "alexnet"\nbatch_size = [8, 16]\n')
@@ -420,7 +420,7 @@ def test_read_only_folders_fail_in_one_line_before_any_work(tmp_path, cli, monke
     data.write_text("nodes,message_bytes,allreduce_time\n2,1000,1e-5\n2,100000,5e-5\n")
     disk = tmp_path / "ro"
     mount_tmpfs(disk, "ro,size=1m")
-    monkeypatch.setattr(sweep.calibrate, "fit", lambda *a, **k: pytest.fail("the fit ran before the check"))
+    monkeypatch.setattr(sweep.fit.optimise, "fit", lambda *a, **k: pytest.fail("the fit ran before the check"))
     cube = tmp_path / "cube.nc"
     sweep.run(str(spec), cube).close()
     try:
@@ -462,7 +462,7 @@ def test_values_beyond_float32_or_physics_are_errors(text, key, value, tmp_path,
 
 
 def test_a_non_finite_output_is_an_error_naming_the_configuration(tmp_path, cli, write_spec, monkeypatch):
-    from sweep.devices import Devices
+    from sweep.engine.devices import Devices
 
     real_fetch = Devices.fetch
 
@@ -683,7 +683,7 @@ def test_validation_studies_without_the_data_say_so_in_one_line(study, tmp_path,
 def test_a_device_count_change_starts_over(tmp_path, monkeypatch):
     """Padding and sharding differ with the device count: a journal of another
     count is not resumed (and the message says why)."""
-    import sweep.store as store
+    import sweep.engine.store as store
 
     spec = {"model": "alexnet", "batch_size": [8, 16, 32], "nodes": [1, 2, 4, 8]}
     out = tmp_path / "d.nc"
@@ -711,7 +711,7 @@ def test_ctrl_c_while_waiting_for_the_coordinator_stops_at_once(tmp_path, cli, w
 
 
 def test_immutable_outputs_and_folders_fail_in_one_line_before_the_fit(tmp_path, cli, monkeypatch):
-    import sweep.calibrate
+    import sweep.fit.optimise
 
     folder = tmp_path / "frozen"
     folder.mkdir()
@@ -721,7 +721,7 @@ def test_immutable_outputs_and_folders_fail_in_one_line_before_the_fit(tmp_path,
         done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
         if done.returncode != 0:
             pytest.skip(f"chattr +i is not available here: {done.stderr.strip()}")
-    monkeypatch.setattr(sweep.calibrate, "fit", lambda *a, **k: pytest.fail("the fit ran before the check"))
+    monkeypatch.setattr(sweep.fit.optimise, "fit", lambda *a, **k: pytest.fail("the fit ran before the check"))
     data = tmp_path / "data.csv"
     data.write_text("nodes,message_bytes,allreduce_time\n2,1000,1e-5\n2,100000,5e-5\n")
     spec = tmp_path / "s.toml"

@@ -6,8 +6,8 @@ import pytest
 import xarray as xr
 
 import sweep
-from sweep.explain import explain
-from sweep.spec import load_spec
+from sweep.report.explain import explain
+from sweep.scenario.spec import load_spec
 
 GRID = """
 model = ["resnet50", "googlenet"]

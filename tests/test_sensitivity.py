@@ -2,8 +2,8 @@
 import pytest
 
 import sweep
-from sweep.explain import explain
-from sweep.spec import load_spec
+from sweep.report.explain import explain
+from sweep.scenario.spec import load_spec
 
 BASE = {"model": "googlenet", "batch_size": 32, "nodes": 4, "gpus_per_node": 2,
         "inter": {"alpha": 2e-5, "bandwidth": 2e9}, "intra": {"alpha": 3e-6, "bandwidth": 1e10},
@@ -64,7 +64,7 @@ def test_integer_keys_by_closed_form():
     point = {**BASE, "strategy": "bsp", "io": {"time_per_sample": 0.0}}
     cube = sweep.run({**point, "outputs": ["d_iteration_time/d_nodes", "d_iteration_time/d_grad_bytes",
                                            "d_iteration_time/d_batch_size"]})
-    from sweep import zoo
+    from sweep.graph import zoo
     params = zoo.get_model("googlenet").params
     n, g, alpha, bw = 4, 2, 2e-5, 2e9
     p = n * g
@@ -92,7 +92,7 @@ def test_sensitivity_output_is_labelled(tmp_path):
 
 @pytest.mark.parametrize("name", ["d_iteration_time/d_strategy", "d_iteration_time/d_nosuch", "d_throughput/d_nodes"])
 def test_bad_sensitivity_names(name):
-    from sweep.schema import SpecError
+    from sweep.errors import SpecError
     with pytest.raises(SpecError, match="outputs"):
         load_spec({**BASE, "outputs": [name]})
 

@@ -11,10 +11,10 @@ import pytest
 import xarray as xr
 
 import sweep
-from sweep import evaluate
-from sweep.explain import explain
-from sweep.spec import load_spec
-from sweep.store import NetcdfStore
+from sweep.engine import evaluate
+from sweep.report.explain import explain
+from sweep.scenario.spec import load_spec
+from sweep.engine.store import NetcdfStore
 
 GRID = {
     "model": ["alexnet", "googlenet"],

@@ -6,8 +6,8 @@ def test_bsp_and_wfbp_sweeps_match_explain(prefetch):
     """A scenario with only bsp and wfbp takes the closed-form channel."""
     import sweep
     from kernels.codes import ALGORITHMS
-    from sweep.explain import explain
-    from sweep.spec import load_spec
+    from sweep.report.explain import explain
+    from sweep.scenario.spec import load_spec
 
     base = {"model": "googlenet", "batch_size": 16, "nodes": 3, "gpus_per_node": 2,
             "io": {"prefetch": prefetch, "time_per_sample": 5e-4},
@@ -28,8 +28,8 @@ def test_deep_models_compile_quickly_and_match_explain(model):
     import time
 
     import sweep
-    from sweep.explain import explain
-    from sweep.spec import load_spec
+    from sweep.report.explain import explain
+    from sweep.scenario.spec import load_spec
 
     base = {"model": model, "batch_size": 4, "nodes": 2, "gpus_per_node": 4}
     for strategies in (["wfbp"], ["wfbp", "mgwfbp"]):

@@ -8,11 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from sweep import calibrate as cal
-from sweep.validate import make_folds, naive, validate
+from sweep.fit.data import Row
+from sweep.fit.optimise import Options
+from sweep.fit.uncertainty import predict_rows
+from sweep.fit.validate import make_folds, naive, validate
 
 ALPHA, BW = 1e-5, 1e9
-FAST = cal.Options(starts=2, steps=400, polish=200)
+FAST = Options(starts=2, steps=400, polish=200)
 
 
 def ring(p, m, alpha=ALPHA, bw=BW):
@@ -59,7 +61,7 @@ def test_leave_one_process_count_out_by_hand(exact):
 def test_naive_baselines_scale_like_a_ruler():
     def row(line, nodes, g, target, value, message=None, **keys):
         point = {"nodes": nodes, "gpus_per_node": g, **keys}
-        return cal.Row(line, point, frozenset(point), {target: value}, message, {})
+        return Row(line, point, frozenset(point), {target: value}, message, {})
 
     train = [row(2, 1, 4, "throughput", 400.0, strategy="wfbp"), row(3, 2, 4, "throughput", 700.0, strategy="wfbp"),
              row(4, 2, 4, "throughput", 650.0, strategy="bsp")]
@@ -72,7 +74,7 @@ def test_naive_baselines_scale_like_a_ruler():
 
 
 def test_folds_of_each_split():
-    rows = [cal.Row(i, {"nodes": n, "gpus_per_node": 4, "strategy": s}, frozenset(), {"throughput": 1.0}, None,
+    rows = [Row(i, {"nodes": n, "gpus_per_node": 4, "strategy": s}, frozenset(), {"throughput": 1.0}, None,
                     {}) for i, (n, s) in enumerate((n, s) for n in (1, 2, 4, 8) for s in ("wfbp", "bsp", "bsp"))]
     gpus = make_folds(rows, "gpus")
     assert [f.name for f in gpus] == ["fit <= 16 GPUs, predict more", "fit <= 8 GPUs, predict more"]
@@ -125,7 +127,7 @@ def test_run_and_predict_agree_on_overhead_and_line_rate(tmp_path):
     cube = sweep.run(dict(point, outputs=["iteration_time"]))
     plain = sweep.run({k: v for k, v in point.items() if "overhead" not in k and "line_rate" not in k}
                       | {"outputs": ["iteration_time"]})
-    row = cal.Row(2, point, frozenset(point), {"iteration_time": None}, None, {})
-    predicted = cal.predict_rows([row], ["iteration_time"])["iteration_time"][0]
+    row = Row(2, point, frozenset(point), {"iteration_time": None}, None, {})
+    predicted = predict_rows([row], ["iteration_time"])["iteration_time"][0]
     assert float(cube["iteration_time"]) == pytest.approx(predicted, rel=1e-5)
     assert float(cube["iteration_time"]) > float(plain["iteration_time"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.spec import load_spec
+from sweep.scenario.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"

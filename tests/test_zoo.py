@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from sweep.zoo import (MODEL_NAMES, Layer, Model, UnknownModelError,
+from sweep.graph.zoo import (MODEL_NAMES, Layer, Model, UnknownModelError,
                        default_seq_len, get_model)
 
 CNNS = ("alexnet", "googlenet", "inception_v3", "resnet50", "resnet101",
@@ -267,7 +267,7 @@ def test_seq_len_limits_accepted():
 
 
 def test_layer_helpers_shapes():
-    from sweep.zoo.layers import FeatureMap, conv2d, pool2d
+    from sweep.graph.zoo.layers import FeatureMap, conv2d, pool2d
     # PyTorch MaxPool2d(2, 2, padding=1, ceil_mode=True) maps 5x5 to 3x3: a
     # window that would start in the right padding is dropped.
     assert pool2d(FeatureMap(1, 5, 5), 2, 2, 1, ceil_mode=True) == FeatureMap(1, 3, 3)

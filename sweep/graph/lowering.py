@@ -29,7 +29,8 @@ import dataclasses
 
 import numpy as np
 
-from sweep.dag import ALWAYS, COMM_COSTS, NO_PREFETCH, Dag
+from kernels.codes import ALWAYS, COMM_COSTS, NO_PREFETCH
+from sweep.graph.dag import Dag
 
 
 class LoweringError(ValueError):

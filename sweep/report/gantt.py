@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from sweep.chrome_trace import STREAMS
-from sweep.report import pyplot, save_figure
+from sweep.report.chrome_trace import STREAMS
+from sweep.report.files import pyplot, save_figure
 
 KIND_COLORS = {
     "io": "#7f7f7f",

@@ -43,8 +43,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sweep import calibrate as cal
-from sweep.schema import KEYS, SpecError, canonical
+from sweep.fit import optimise
+from sweep.fit.calibrate import fit_document
+from sweep.fit.data import Row, TARGETS, load_rows, read_base
+from sweep.fit.model import expand_fit
+from sweep.fit.optimise import Options
+from sweep.fit.uncertainty import predict_rows
+from sweep.scenario.schema import KEYS, canonical
+from sweep.errors import SpecError
 
 SPLITS = ("gpus", "method", "rows", "size")
 METHOD_KEYS = ("strategy", "algorithm", "ps.pipelined", "ps.servers", "bucket_bytes", "preset")
@@ -66,18 +72,18 @@ class FoldResult:
     records: list  # dicts, one per held-out observation
 
 
-def workers(row: cal.Row) -> int:
+def workers(row: Row) -> int:
     return int(row.point.get("nodes", 1)) * int(row.point.get("gpus_per_node", 1))
 
 
-def method_of(row: cal.Row) -> str:
+def method_of(row: Row) -> str:
     label = row.cells.get(LABEL, "").strip()
     if label:
         return label
     return ",".join(f"{k}={row.point[k]}" for k in METHOD_KEYS if k in row.point) or "(default)"
 
 
-def make_folds(rows: list[cal.Row], split: str, folds: int | None = None, cut: float | None = None,
+def make_folds(rows: list[Row], split: str, folds: int | None = None, cut: float | None = None,
                reference: str | None = None, min_gpus: int | None = None, seed: int = 0) -> list[Fold]:
     """The folds of a split (module docstring)."""
     everyone = range(len(rows))
@@ -134,12 +140,12 @@ def make_folds(rows: list[cal.Row], split: str, folds: int | None = None, cut: f
     return out
 
 
-def _comparable(row: cal.Row) -> dict:
+def _comparable(row: Row) -> dict:
     skip = set(METHOD_KEYS) | {"nodes", "gpus_per_node"}
     return {k: v for k, v in row.point.items() if k not in skip}
 
 
-def naive(train: list[cal.Row], row: cal.Row, target: str) -> float:
+def naive(train: list[Row], row: Row, target: str) -> float:
     """The ruler's prediction of `row`'s `target` from the nearest training
     observation (module docstring); NaN when no training row has the target."""
     best, best_score = None, None
@@ -165,17 +171,17 @@ def naive(train: list[cal.Row], row: cal.Row, target: str) -> float:
     return value
 
 
-def run_fold(rows: list[cal.Row], fold: Fold, fitted: list[str], base: dict, options: cal.Options,
+def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options: Options,
              label: str = "") -> FoldResult:
     train = [rows[i] for i in fold.train]
-    result = cal.fit(train, fitted, base, options)
-    doc = cal.fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
+    result = optimise.fit(train, fitted, base, options)
+    doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
     values = {**result.line_rates, **result.values}
     test = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
                                                                     if k not in rows[i].given}})
             for i in fold.test]
-    targets = [t for t in cal.TARGETS if any(r.targets.get(t) is not None for r in test)]
-    predicted = cal.predict_rows(test, targets, doc["fit"], LEVEL)
+    targets = [t for t in TARGETS if any(r.targets.get(t) is not None for r in test)]
+    predicted = predict_rows(test, targets, doc["fit"], LEVEL)
     records = []
     for j, (i, row) in enumerate(zip(fold.test, test)):
         for target in targets:
@@ -197,18 +203,18 @@ def run_fold(rows: list[cal.Row], fold: Fold, fitted: list[str], base: dict, opt
 
 def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, split: str = "rows",
              folds: int | None = None, cut: float | None = None, reference: str | None = None,
-             min_gpus: int | None = None, options: cal.Options = cal.Options(), log=None,
+             min_gpus: int | None = None, options: Options = Options(), log=None,
              fmt: str | None = None) -> list[FoldResult]:
     """Every fold's fit and held-out records."""
-    fitted = cal.expand_fit(fit_keys)
-    base = cal.read_base(base_path)
+    fitted = expand_fit(fit_keys)
+    base = read_base(base_path)
     try:
         with open(data, newline="", encoding="utf-8") as handle:
             header = next(csv.reader(handle), [])
     except (OSError, UnicodeDecodeError):
         header = []  # read_rows says what is wrong
     labels = (LABEL,) if LABEL in [h.strip() for h in header] else ()
-    _, rows, odd = cal.load_rows(data, dict(base), labels=labels, fmt=fmt)
+    _, rows, odd = load_rows(data, dict(base), labels=labels, fmt=fmt)
     if log and odd:
         log(f"left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
     out = []
@@ -250,7 +256,7 @@ HEADER = ["fold", "held out", "in-sample median", "in-sample max", "model median
 
 
 def markdown(results: list[FoldResult]) -> str:
-    from sweep.report import markdown_table
+    from sweep.report.files import markdown_table
 
     return markdown_table(HEADER, summary_rows(results))
 

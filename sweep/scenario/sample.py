@@ -21,7 +21,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from sweep.schema import KEYS, STRUCTURAL, SpecError, canonical, check_value
+from sweep.scenario.schema import KEYS, STRUCTURAL, canonical, check_value
+from sweep.errors import SpecError
 
 METHODS = ("random", "sobol")
 SCALES = ("linear", "log")

@@ -25,17 +25,17 @@ import os
 
 import numpy as np
 
-from sweep.calibrate import MESSAGE, TARGETS, load_rows, predict_rows, read_base, write_atomic
+from sweep.fit.data import MESSAGE, TARGETS, load_rows, read_base
+from sweep.fit.uncertainty import predict_rows
+from sweep.atomic import write_text
+from sweep.scenario.spec import read_scenario_file
 
 LEVEL = 0.9  # nominal coverage of the prediction intervals
 
 
 def fit_table(fit_path) -> dict | None:
     """The [fit] table of FIT.toml when it can give intervals, else None."""
-    import tomllib
-
-    with open(fit_path, "rb") as handle:
-        table = tomllib.load(handle).get("fit")
+    table = read_scenario_file(fit_path).get("fit")
     if not isinstance(table, dict) or "covariance" not in table or "residual_scale" not in table:
         return None
     return table
@@ -72,5 +72,5 @@ def write_predictions(fit_path, query_path, output) -> int:
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    write_atomic(output, text.getvalue())
+    write_text(output, text.getvalue())
     return len(rows)

@@ -16,13 +16,14 @@ import math
 import numpy as np
 import xarray as xr
 
-from sweep import zoo
-from sweep.compiler import compile_structure
-from sweep.evaluate import evaluate_params
-from sweep.params import grid_columns, kernel_params
-from sweep.plan import structural_groups
-from sweep.schema import KEYS, STRUCTURAL, SpecError
-from sweep.spec import Spec
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_structure
+from sweep.engine.evaluate import evaluate_params
+from sweep.engine.params import grid_columns, kernel_params
+from sweep.engine.plan import structural_groups
+from sweep.scenario.schema import KEYS, STRUCTURAL
+from sweep.errors import SpecError
+from sweep.scenario.spec import Spec
 
 LOWEST, HIGHEST = 1e6, 1e13  # bytes/s: 8 Mb/s to 80 Tb/s
 STEPS = 32  # halves a 7-decade bracket to a ratio of 1 + 4e-9

@@ -29,12 +29,12 @@ import h5py
 import numpy as np
 import xarray as xr
 
-from kernels.codes import BOTTLENECKS
-from sweep.cube import OUTPUT_ATTRS
-from sweep.sensitivity import is_sensitivity, key_of, variable_name
-from sweep.sensitivity import units as sensitivity_units
-from sweep.schema import KEYS, SpecError
-from sweep.spec import Spec
+from kernels.outputs import OUTPUT
+from sweep.scenario.sensitivity import is_sensitivity, key_of, variable_name
+from sweep.scenario.sensitivity import units as sensitivity_units
+from sweep.scenario.schema import KEYS
+from sweep.errors import SpecError
+from sweep.scenario.spec import Spec
 
 SPACE_MARGIN = 1 << 20  # bytes kept free beyond a chunk's data, for HDF5's metadata and the journal
 RESUME_HINT = "; the finished chunks are journaled: free space and run the same command again to resume"
@@ -73,12 +73,12 @@ def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...], inputs: 
                 "units": sensitivity_units(key),
                 "long_name": f"sensitivity d(iteration_time)/d({key})"})
             continue
-        units, long_name = OUTPUT_ATTRS[name]
-        attrs = {"units": units, "long_name": long_name}
-        if name == "bottleneck":
-            attrs.update(flag_values=np.arange(len(BOTTLENECKS), dtype=np.int8),
-                         flag_meanings=" ".join(BOTTLENECKS))
-        variables[name] = (np.int8 if name == "bottleneck" else np.float32, attrs)
+        output = OUTPUT[name]
+        attrs = {"units": output.units, "long_name": output.long_name}
+        if output.flags:
+            attrs.update(flag_values=np.arange(len(output.flags), dtype=output.dtype),
+                         flag_meanings=" ".join(output.flags))
+        variables[name] = (output.dtype, attrs)
     attrs = {"title": "ssgd-sweep result cube", "spec": spec.to_toml(), "devices": devices,
              "lowering": lowering_summary(spec)}
     if inputs is not None:  # what `identity` says of scenario, input files and program
@@ -90,9 +90,9 @@ def lowering_summary(spec: Spec) -> str:
     """How each structural group's DAG is evaluated (sweep.lowering): the
     contracted stream program or the unrolled one, with the reason, labelled by
     the structural keys that vary across the cube."""
-    from sweep.compiler import compile_structure
-    from sweep.plan import structural_groups
-    from sweep.schema import STRUCTURAL
+    from sweep.graph.compiler import compile_structure
+    from sweep.engine.plan import structural_groups
+    from sweep.scenario.schema import STRUCTURAL
 
     varying = [a.key for a in spec.axes if a.key in STRUCTURAL]
     parts = []
@@ -502,7 +502,7 @@ def identity(spec: Spec, chunk_length: int, target: int, devices: int) -> dict:
     contents (sha256) of every file the sweep reads, the program, the chunk
     size and the device count. `inputs` digests the first three: a cube's
     `inputs_sha256` attribute."""
-    from sweep.layer_trace import file_digest
+    from sweep.graph.layer_trace import file_digest
 
     scenario = hashlib.sha256(spec.to_toml().encode()).hexdigest()
     files = {path: file_digest(path) for path in sorted(t for t in spec.values("compute.trace") if t is not None)}
@@ -517,7 +517,7 @@ def code_digest() -> str:
     """sha256 of the program's sources (sweep and kernels): results of another version never mix."""
     digest = hashlib.sha256()
     for package in ("sweep", "kernels"):
-        root = Path(__file__).resolve().parents[1] / package
+        root = Path(__file__).resolve().parents[2] / package
         for source in sorted(root.rglob("*.py")):
             digest.update(str(source.relative_to(root.parent)).encode())
             digest.update(source.read_bytes())

@@ -12,9 +12,11 @@ import numpy as np
 
 from kernels.codes import ALGORITHMS, STRATEGIES
 from kernels.collectives import LINK_FALLBACK, LINK_FIELDS
-from sweep import catalog, presets, zoo
-from sweep.schema import KEYS
-from sweep.spec import Spec
+from sweep.scenario import catalog
+from sweep.scenario import presets
+from sweep.graph import zoo
+from sweep.scenario.schema import KEYS
+from sweep.scenario.spec import Spec
 
 DEFAULT_STRATEGY = "wfbp"
 DEFAULT_ALGORITHM = "ring"

@@ -14,12 +14,12 @@ import numpy as np
 
 from kernels.codes import ALGORITHMS, BOTTLENECKS, STRATEGIES
 from kernels.iteration import iteration_outputs, schedule
-from sweep import zoo
-from sweep.compiler import compile_structure
-from sweep.dag import concretize
-from sweep.params import point_params
-from sweep.plan import structure_of
-from sweep.spec import Spec, SpecError
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_structure
+from sweep.graph.dag import concretize
+from sweep.engine.params import point_params
+from sweep.engine.plan import structure_of
+from sweep.scenario.spec import Spec, SpecError
 
 _schedule = jax.jit(schedule)
 _outputs = jax.jit(iteration_outputs)

@@ -12,8 +12,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sweep import interrupt
-from sweep.schema import SpecError
+from sweep.engine import interrupt
+from sweep.errors import SpecError
 
 
 def join_cluster(coordinator: str, num_processes: int, process_id: int, timeout: float = 60.0) -> None:

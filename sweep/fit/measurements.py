@@ -30,7 +30,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from sweep.schema import SpecError
+from sweep.errors import SpecError
 
 FORMATS = ("csv", "nccl-tests", "nccl-tests-csv", "osu")
 SPIKE = 1.5  # a time this many times the next larger size's is anomalous

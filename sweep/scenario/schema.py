@@ -11,8 +11,11 @@ import math
 from collections.abc import Callable
 
 from kernels.codes import ALGORITHMS, STRATEGIES
-from sweep import catalog, presets, zoo
-from sweep.dag import UPDATES
+from sweep.scenario import catalog
+from sweep.scenario import presets
+from sweep.graph import zoo
+from sweep.graph.dag import UPDATES
+from sweep.errors import SpecError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,19 +144,6 @@ STRUCTURAL = ("model", "seq_len", "iterations", "compute.trace", "update", "hier
 
 # A bare string for these tables names the catalog entry.
 TABLES_WITH_NAME = ("gpu", "intra", "inter", "h2d")
-
-
-class SpecError(ValueError):
-    """Bad scenario input: names the key and the offending value in one line."""
-
-    def __init__(self, key: str, value: object, reason: str):
-        self.key, self.value, self.reason = key, value, reason
-        super().__init__(f"{key} = {_show(value)}: {reason}")
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def canonical(key: str) -> str:

@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from sweep.params import Column, grid_columns
-from sweep.schema import STRUCTURAL
-from sweep.spec import Spec
+from sweep.engine.params import Column, grid_columns
+from sweep.scenario.schema import STRUCTURAL
+from sweep.scenario.spec import Spec
 
 
 @dataclasses.dataclass(frozen=True)

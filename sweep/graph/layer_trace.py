@@ -44,8 +44,8 @@ import warnings
 
 import numpy as np
 
-from sweep import zoo
-from sweep.schema import SpecError
+from sweep.graph import zoo
+from sweep.errors import SpecError
 
 KEY = "compute.trace"
 CSV_COLUMNS = ("layer", "forward_time", "backward_time")
@@ -103,7 +103,7 @@ def refresh(path: str) -> None:
     """Forget cached times (and compiled DAGs) of a trace whose file changed since it was loaded."""
     path = str(path)
     if path in DIGESTS and hashlib.sha256(_read(path)).hexdigest() != DIGESTS[path]:
-        from sweep.compiler import compile_zoo_model
+        from sweep.graph.compiler import compile_zoo_model
 
         trace_times.cache_clear()
         compile_zoo_model.cache_clear()

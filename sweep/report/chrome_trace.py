@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from sweep.report import write_text
+from sweep.atomic import write_text
 
 # stream name -> (thread id, task kinds on it); the order is the display order.
 STREAMS = {

@@ -16,9 +16,9 @@ import functools
 import jax
 import numpy as np
 
-from sweep import zoo
-from sweep.dag import Dag, Shape, build_dag
-from sweep.lowering import Lowered, lower
+from sweep.graph import zoo
+from sweep.graph.dag import Dag, Shape, build_dag
+from sweep.graph.lowering import Lowered, lower
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=[],
@@ -84,7 +84,7 @@ def compile_zoo_model(name: str, seq_len: int | None, iterations: int, trace: st
     params = [l.params for l in model.layers]
     if trace is None:
         return compile_model(params, [l.forward_flops for l in model.layers], iterations, shape)
-    from sweep.layer_trace import trace_times
+    from sweep.graph.layer_trace import trace_times
 
     forward, backward = trace_times(trace, name, seq_len)
     return compile_model(params, forward, iterations, shape, backward, traced=True)

@@ -16,14 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
-from sweep import zoo
-from sweep.compiler import compile_structure
-from sweep.devices import Devices, visible_devices
-from sweep.params import kernel_params
-from sweep.plan import Plan
-from sweep.schema import SpecError
-from sweep.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
-from sweep.spec import Spec, possible_values
+from sweep.graph import zoo
+from sweep.graph.compiler import compile_structure
+from sweep.engine.devices import Devices, visible_devices
+from sweep.engine.params import kernel_params
+from sweep.engine.plan import Plan
+from sweep.errors import SpecError
+from sweep.scenario.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
+from sweep.scenario.spec import Spec, possible_values
 
 DEFAULT_CHUNK = 1 << 18
 

@@ -9,8 +9,9 @@ Integer keys are differentiated as if continuous.
 """
 from __future__ import annotations
 
-from sweep.parameter_table import PARAMETER_OF_KEY
-from sweep.schema import KEYS, SpecError
+from sweep.scenario.parameter_table import PARAMETER_OF_KEY
+from sweep.scenario.schema import KEYS
+from sweep.errors import SpecError
 
 PREFIX = "d_iteration_time/d_"
 

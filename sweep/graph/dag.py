@@ -21,32 +21,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from kernels.codes import ALWAYS, IF_HOLDS, IF_SENDS, NO_PREFETCH, switch_of, switch_rule
+
 KINDS = ("io", "h2d", "forward", "backward", "comm", "gather", "update", "join", "exit")
 
-# Cost rows (`kernels.program`): compute and input scale with `coef`; the
-# communication rows are collective costs of `coef` * gradient bytes.
-COMPUTE_COSTS = ("io", "h2d", "forward", "backward", "update", "update_shard")
-COMM_COSTS = ("allreduce", "reduce_scatter", "all_gather",
-              "intra_reduce_scatter", "inter_allreduce", "intra_all_gather")
-COSTS = COMPUTE_COSTS + COMM_COSTS
-
-# Edge switches. 0 and 1 are fixed; 2 + 2 * ref + rule gates an edge on what
-# slot `ref` (a policy task) did in the configuration.
-ALWAYS = 0
-NO_PREFETCH = 1
-IF_SENDS = 0  # the slot sends its bucket
-IF_HOLDS = 1  # the slot sends nothing: its gradients ride with a later slot
-
 UPDATES = ("barrier", "layerwise")
-
-
-def switch_of(rule: int, ref: int) -> int:
-    return 2 + 2 * ref + rule
-
-
-def switch_rule(switch: int) -> tuple[int, int]:
-    """(rule, ref) of a slot switch (>= 2)."""
-    return (switch - 2) % 2, (switch - 2) // 2
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from sweep.report import FIGURE_SUFFIXES, check_output, pyplot, save_figure
-from sweep.schema import SpecError
+from sweep.report.files import FIGURE_SUFFIXES, pyplot, save_figure
+from sweep.atomic import check_output
+from sweep.errors import SpecError
 
 MAX_TICKS = 12
 FACET_SIZE = 2.8  # inches per facet

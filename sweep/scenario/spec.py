@@ -15,11 +15,12 @@ from pathlib import Path
 
 import tomli_w
 
-from kernels.iteration import OUTPUTS
-from sweep import zoo
-from sweep.sample import Sample, parse_sample
-from sweep.sensitivity import check_sensitivity, is_sensitivity
-from sweep.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, SpecError, canonical, check_value
+from kernels.outputs import OUTPUTS
+from sweep.graph import zoo
+from sweep.scenario.sample import Sample, parse_sample
+from sweep.scenario.sensitivity import check_sensitivity, is_sensitivity
+from sweep.scenario.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, canonical, check_value
+from sweep.errors import SpecError
 
 # Top-level keys that are not model parameters.
 CONTROL_KEYS = ("outputs",)
@@ -112,7 +113,7 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     if isinstance(source, Mapping):
         raw, base_dir = source, None
     else:
-        raw, base_dir = _read_toml(Path(source)), Path(source).parent
+        raw, base_dir = read_scenario_file(source), Path(source).parent
     from_fit = isinstance(raw.get("fit"), Mapping)
     raw = {k: v for k, v in raw.items() if k not in METADATA_TABLES}
     fixed: dict[str, object] = {}
@@ -164,7 +165,7 @@ def _check_traces(spec: Spec) -> None:
     traces = [t for t in spec.values("compute.trace") if t is not None]
     if not traces:
         return
-    from sweep.layer_trace import refresh, trace_times
+    from sweep.graph.layer_trace import refresh, trace_times
 
     for trace in traces:
         refresh(trace)  # a file edited since it was loaded in this process is read again
@@ -181,7 +182,9 @@ def sample_table(sample: Sample) -> dict:
     return table
 
 
-def _read_toml(path: Path) -> dict:
+def read_scenario_file(path: str | os.PathLike) -> dict:
+    """A scenario file (TOML, also FIT.toml) as parsed; SpecError naming the file if it is not one."""
+    path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -197,6 +200,24 @@ def _read_toml(path: Path) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SpecError("scenario", str(path), f"not valid TOML: {err}")
+
+
+def read_fixed_keys(path: str | os.PathLike) -> dict:
+    """The fixed keys of a base scenario, canonical and checked (every value a
+    scalar; [fit], outputs and the other metadata tables skipped; a relative
+    `compute.trace` taken from the file's folder): what `calibrate`, `predict`
+    and `validate` put under every row."""
+    raw = read_scenario_file(path)
+    base: dict = {}
+    for written, value in _flatten({k: v for k, v in raw.items() if k not in METADATA_TABLES + ("outputs",)}):
+        if isinstance(value, list):
+            raise SpecError(written, value, "a base scenario gives one value per key, not a swept axis")
+        key = canonical(written)
+        if key in base:
+            raise SpecError(written, value, "given twice")
+        base[key] = check_value(written, value)
+    base, _ = _resolve_traces(base, [], Path(path).parent)
+    return base
 
 
 def _flatten(table: Mapping, prefix: str = ""):
@@ -277,8 +298,8 @@ def possible_values(spec: Spec, key: str) -> set[str]:
     can take (explicit, or from their presets, or the default). Decided per
     scenario, not per chunk, so a configuration's result never depends on
     how the sweep is chunked."""
-    from sweep.params import DEFAULT_ALGORITHM, DEFAULT_STRATEGY
-    from sweep.presets import PRESETS
+    from sweep.engine.params import DEFAULT_ALGORITHM, DEFAULT_STRATEGY
+    from sweep.scenario.presets import PRESETS
 
     if spec.given(key):
         return set(spec.values(key))

@@ -1,0 +1,10 @@
+"""Running a sweep: from a `Spec` to a labelled cube, chunk by chunk.
+
+Owns the chunk plan over the grid or sample (`plan`), resolving scenario
+values to kernel parameter arrays (`params`), devices and processes
+(`devices`), the jitted evaluation loop (`evaluate`), the resumable netCDF
+store and its identity (`store`), stop requests (`interrupt`), and the
+inverse query "which inter-node bandwidth reaches a target" (`bandwidth_target`).
+
+May import: `kernels`, `sweep.errors`, `sweep.scenario`, `sweep.graph`.
+"""

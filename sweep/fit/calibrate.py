@@ -1,0 +1,107 @@
+"""`ssgd-sweep calibrate` (DESIGN 4): fit scenario keys to measurements, write FIT.toml.
+
+Reads the data (`sweep.fit.data`), fits (`sweep.fit.optimise`: the model
+is the kernels themselves, `sweep.fit.model`), and writes the base scenario
+with the fitted values and a [fit] table of errors, uncertainties and
+bounds, atomically.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+import tomli_w
+
+from sweep.atomic import write_text
+from sweep.errors import SpecError
+from sweep.fit.data import load_rows, read_base
+from sweep.fit.model import FITTABLE, expand_fit
+from sweep.fit import optimise
+from sweep.fit.optimise import FitResult, Options
+
+def fit_document(base: dict, result: FitResult, data: str) -> dict:
+    """FIT.toml as a nested mapping: the base scenario, the fitted values in
+    their tables, and a [fit] table of metadata."""
+    values = {**result.line_rates, **base, **result.values}
+    doc: dict = {}
+    for key, value in values.items():
+        _put(doc, key, value)
+    fit_table = {
+        "data": str(data),
+        "fitted": list(result.keys),
+        "rows": result.rows,
+        "observations": result.observations,
+        "targets": sorted(set(result.targets)),
+        "median_relative_error": result.median_relative_error,
+        "max_relative_error": result.max_relative_error,
+        "loss": result.loss,
+        "starts": result.starts,
+        # Prediction intervals (sweep.predict): log-space covariance of the
+        # fitted coordinates (log of log-space keys, exponents as they are)
+        # in the order of `fitted`, and the robust scale of the log residuals.
+        "residual_scale": result.residual_scale,
+        "residual_quantile_90": result.residual_quantile,
+        "degrees_of_freedom": max(1, result.observations - len(result.keys)),
+        "at_bound": {},
+        "excluded": list(result.excluded),
+        "uncertainty": {},
+        "relative_uncertainty": {},
+        "start": {},
+    }
+    if result.covariance is not None:
+        fit_table["covariance"] = [[float(x) for x in row] for row in result.covariance]
+    for key, why in result.at_bound.items():
+        _put(fit_table["at_bound"], key, why)
+    for key in result.keys:
+        _put(fit_table["uncertainty"], key, result.uncertainty[key])
+        _put(fit_table["start"], key, result.start[key])
+        if key in result.relative_uncertainty:
+            _put(fit_table["relative_uncertainty"], key, result.relative_uncertainty[key])
+    doc["fit"] = fit_table
+    return doc
+
+
+def _put(doc: dict, key: str, value) -> None:
+    *tables, leaf = key.split(".")
+    node = doc
+    for table in tables:
+        node = node.setdefault(table, {})
+    node[leaf] = value
+
+
+def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
+              options: Options = Options(), label: str | None = None,
+              fmt: str | None = None) -> tuple[FitResult, dict]:
+    """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
+    `label` describes the data in [fit] (default: its path). Benchmark output
+    (nccl-tests, OSU) is read directly; its anomalous rows are left out and
+    listed in the result and in [fit] `excluded`."""
+    fitted = expand_fit(fit_keys)
+    base = read_base(base_path)
+    for key in fitted:
+        if key in base and FITTABLE[key][1] == "log" and base[key] <= 0:
+            raise SpecError(key, base[key], "a fitted key must start > 0")
+    _, rows, odd = load_rows(data, {k: v for k, v in base.items()}, fmt=fmt)
+    result = optimise.fit(rows, fitted, base, options)
+    result = dataclasses.replace(result, excluded=tuple(f"line {a.line}: {a.reason}" for a in odd))
+    doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label or str(data))
+    if output is not None:
+        write_text(output, tomli_w.dumps(doc))
+    return result, doc
+
+
+def fit_summary(result: FitResult) -> str:
+    lines = [f"fitted {len(result.keys)} key(s) to {result.observations} observation(s) "
+             f"({result.rows} rows, best of {result.starts} starts)",
+             f"relative error: median {100 * result.median_relative_error:.1f} %, "
+             f"max {100 * result.max_relative_error:.1f} %"]
+    for key in result.keys:
+        rel = result.relative_uncertainty.get(key)
+        spread = f"+- {100 * rel:.1f} %" if rel is not None else f"+- {result.uncertainty[key]:.3g}"
+        bound = f"  (at {result.at_bound[key]})" if key in result.at_bound else ""
+        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}")
+    if result.excluded:
+        lines.append(f"left out of the fit as anomalous ({len(result.excluded)}):")
+        lines += [f"  {line}" for line in result.excluded]
+    return "\n".join(lines)

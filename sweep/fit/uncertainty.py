@@ -1,0 +1,111 @@
+"""Uncertainty of a fit, and predictions with intervals.
+
+Gauss-Newton: the covariance of the fitted coordinates from the log
+residuals at the optimum and the priors, infinite for keys the data cannot
+pin down. `predict_rows` turns it, with the fit's robust residual scale,
+into a stated prediction interval per row.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from scipy import stats
+
+from sweep.fit.data import Row
+from sweep.fit.model import FITTABLE, Model, build_groups
+
+def posterior_covariance(jac: np.ndarray, residual: np.ndarray, prior_precision: np.ndarray,
+                         fixed: list[int]) -> np.ndarray:
+    """Covariance of the fitted coordinates (fit space) from the log residuals
+    and the priors: (J^T J / s^2 + diag(prior_precision))^-1, s^2 =
+    |r|^2 / (N - k); `fixed` coordinates (hard switches) are left out (0)."""
+    count, k = jac.shape
+    s2 = max(float(residual @ residual) / max(1, count - k), 1e-12)
+    free = np.array([i for i in range(k) if i not in fixed], int)
+    out = np.zeros((k, k))
+    if free.size:
+        h = jac[:, free].T @ jac[:, free] / s2 + np.diag(prior_precision[free])
+        w, v = np.linalg.eigh(h)
+        w = np.maximum(w, max(float(w.max(initial=0.0)), 1e-300) * 1e-14)
+        out[np.ix_(free, free)] = (v / w) @ v.T
+    return out
+
+
+def gauss_newton_sigma(jac: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """1-sigma of each fitted coordinate from s^2 (J^T J)^-1, s^2 = |r|^2 / (N - k).
+
+    A coordinate the data cannot pin down (a direction of J^T J with no
+    curvature, e.g. a switch between two data points, or more keys than the
+    rows can tell apart) gets an infinite uncertainty rather than pinv's 0."""
+    count, k = jac.shape
+    s2 = float(residual @ residual) / max(1, count - k)
+    w, v = np.linalg.eigh(jac.T @ jac)
+    flat = w <= max(float(w.max(initial=0.0)), 1e-300) * 1e-12
+    variance = s2 * (v[:, ~flat] ** 2 / w[~flat]).sum(axis=1)
+    unidentified = (np.abs(v[:, flat]) > 1e-6).any(axis=1) if flat.any() else np.zeros(k, bool)
+    return np.where(unidentified, np.inf, np.sqrt(variance))
+
+
+# How the unexplained scatter enters prediction intervals: "normal" (t quantile
+# x the robust residual scale) or "quantile" (the fit's 90 % quantile of |log residual|).
+INTERVAL = "normal"
+
+
+def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | None = None,
+                 level: float = 0.9) -> dict[str, np.ndarray]:
+    """Per target, the prediction of every row (NaN where the row cannot have one).
+
+    With `uncertainty` (the [fit] table of a FIT.toml: `fitted`, `covariance`,
+    `residual_scale`, `degrees_of_freedom`) also `<target>_low` and
+    `<target>_high`: a `level` prediction interval in log space,
+        log(pred) +- t_{dof}((1 + level) / 2) * sqrt(g C g^T + s^2),
+    g the gradient of log(pred) in the fitted coordinates, C their
+    covariance (parameter uncertainty), s the fit's robust scale of log
+    residuals (what the model does not explain; `FitResult.residual_scale`). Rows that set a fitted key themselves
+    get the parameter part without that key."""
+    out = {t: np.full(len(rows), np.nan) for t in targets}
+    asked = []
+    for i, row in enumerate(rows):
+        wanted = {}
+        for t in targets:
+            if t == "allreduce_time" and row.message_bytes is not None:
+                wanted[t] = None
+            elif t != "allreduce_time" and "model" in row.point and "batch_size" in row.point:
+                wanted[t] = None
+        asked.append(dataclasses.replace(row, targets=wanted, line=i))
+    fitted, covariance = [], np.zeros((0, 0))
+    if uncertainty is not None and uncertainty.get("covariance") is not None:
+        names = list(uncertainty["fitted"])
+        keep = [j for j, k in enumerate(names) if k in FITTABLE and all(k in r.point for r in rows)
+                and not any(k in r.given for r in rows)]
+        fitted = [names[j] for j in keep]
+        covariance = np.asarray(uncertainty["covariance"], np.float64)[np.ix_(keep, keep)]
+    with jax.enable_x64(True):
+        groups, observations = build_groups(asked, fitted, predict=True)
+        model = Model(groups, [FITTABLE[k][1] for k in fitted], len(observations))
+        theta = np.array([math.log(rows[0].point[k]) if FITTABLE[k][1] == "log" else rows[0].point[k]
+                          for k in fitted], np.float64)
+        pred = np.asarray(jax.jit(model.predict)(jax.numpy.asarray(theta)))
+        if uncertainty is not None:
+            grad = (np.asarray(jax.jit(jax.jacfwd(lambda t: jax.numpy.log(model.predict(t))))(theta))
+                    if fitted else np.zeros((len(observations), 0)))
+            parameters = np.maximum(np.einsum("ij,jk,ik->i", grad, covariance, grad), 0.0)
+            z = stats.t.ppf(0.5 + level / 2, int(uncertainty.get("degrees_of_freedom", 1)))
+            quantile = uncertainty.get("residual_quantile_90")
+            if INTERVAL == "quantile" and quantile is not None and abs(level - 0.9) < 1e-12:
+                # the fit's own 90 % quantile of |log error| (heavy tails stay heavy)
+                spread = np.exp(np.sqrt(float(quantile) ** 2 + z ** 2 * parameters))
+            else:
+                spread = np.exp(z * np.sqrt(parameters + float(uncertainty["residual_scale"]) ** 2))
+            for t in targets:
+                out[f"{t}_low"], out[f"{t}_high"] = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    for j, ((row, target), value) in enumerate(zip(observations, pred)):
+        out[target][row.line] = value
+        if uncertainty is not None:
+            out[f"{target}_low"][row.line] = value / spread[j]
+            out[f"{target}_high"][row.line] = value * spread[j]
+    return out
