@@ -1,6 +1,6 @@
 """What inter-node bandwidth does each model need for 90 % scaling efficiency?
 
-Solved per configuration by bisection in log-bandwidth (`sweep.bandwidth_target`),
+Solved per configuration by bisection in log-bandwidth (`sweep.engine.bandwidth_target`),
 not read off a grid: for ten models of the zoo (batch per GPU chosen per model),
 on 2 to 64 nodes of 4 V100s (PCIe 3.0 inside), PyTorch-DDP-style 25 MiB fusion,
 with a flat ring or a hierarchical all-reduce, at an RDMA-like (1.5 us) and a
@@ -14,14 +14,12 @@ from __future__ import annotations
 import sys
 import time
 
+from matplotlib.colors import LogNorm
 import numpy as np
 import xarray as xr
 
-from sweep.scenario import catalog
-from sweep.engine.bandwidth_target import required_inter_bandwidth
-from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
-from sweep.atomic import write_dataset, write_text
-from sweep.scenario.spec import load_spec
+from sweep import (catalog, load_spec, markdown_table, pyplot, required_inter_bandwidth, save_figure,
+                   study_arguments, write_dataset, write_text)
 
 TARGET = 0.9
 GPUS_PER_NODE = 4
@@ -52,8 +50,6 @@ def solve(models, nodes, algorithms) -> xr.Dataset:
 
 
 def plot_heatmaps(cube: xr.Dataset, path) -> None:
-    from matplotlib.colors import LogNorm
-
     plt = pyplot()
     algorithms, latencies = cube["algorithm"].values, cube["inter.alpha"].values
     models, gpus = cube["model"].values, cube["gpus"].values

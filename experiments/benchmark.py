@@ -33,6 +33,13 @@ import sys
 import time
 from typing import NamedTuple
 
+import numpy as np
+
+import jax
+
+import sweep
+from experiments.fused_reference import compile_reference, reference_inputs
+
 GRID = {
     "model": "resnet50",
     "strategy": "wfbp",
@@ -76,8 +83,6 @@ BERT_COMPILE_TARGET_S = 10.0
 def grid(size_log2: int = 20, **keys) -> dict:
     """The benchmark grid with 2**size_log2 configurations (inter link swept),
     with `keys` set over GRID."""
-    import numpy as np
-
     rest = size_log2 - 10  # GRID holds 2**10 configurations
     if rest < 0:
         raise ValueError("the grid needs size_log2 >= 10")
@@ -104,20 +109,13 @@ def peak_rss_mib() -> float:
 
 def lowering(spec):
     """(mode, reason) of the DAG of a single-group scenario."""
-    from sweep.graph.compiler import compile_structure
-    from sweep.engine.plan import Plan
-
-    lowered = compile_structure(next(Plan(spec, spec.size).chunks()).structure).lowered
+    lowered = sweep.prepare_chunk(spec, chunk=1024).compiled.lowered
     return lowered.mode, lowered.reason
 
 
 def reference(spec) -> dict:
     """The fused reference on the scenario's configurations: compile time,
     rate and iteration times (setup untimed)."""
-    import numpy as np
-
-    from experiments.fused_reference import compile_reference, reference_inputs
-
     compiled, scalars = reference_inputs(spec)
     args = list(scalars.values())
     out = np.empty(spec.size, np.float32)
@@ -131,10 +129,6 @@ def reference(spec) -> dict:
 def scenario(spec, expected=None) -> dict:
     """sweep.run's rate (after a warm-up run), its lowering, and its largest
     relative difference from `expected` iteration times."""
-    import numpy as np
-
-    import sweep
-
     cube = sweep.run(spec)  # compiles
     mode, reason = lowering(spec)
     out = {"mode": mode, "reason": reason}
@@ -147,69 +141,32 @@ def scenario(spec, expected=None) -> dict:
     return out
 
 
-def kernel_rate(spec, devs) -> float:
-    """The sweep kernel alone on one pre-built, pre-sharded chunk."""
-    import jax
+def kernel_rate(spec) -> float:
+    """The sweep kernel alone on one pre-built chunk, on every visible device."""
+    prepared = sweep.prepare_chunk(spec)
 
-    from sweep.engine import evaluate
-    from sweep.graph import zoo
-    from sweep.graph.compiler import compile_structure
-    from sweep.engine.params import kernel_params
-    from sweep.engine.plan import Plan
-    from sweep.scenario.spec import possible_values
-
-    plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
-    chunk = next(plan.chunks())
-    compiled = compile_structure(chunk.structure)
-    model = zoo.get_model(chunk.structure["model"], chunk.structure["seq_len"])
-    params = devs.put(kernel_params(plan.columns(chunk)[0], model, chunk.padded, compact=True))
-    fixed = possible_values(spec, "strategy") <= {"bsp", "wfbp"}
-
-    def run():
-        jax.block_until_ready(evaluate._sweep_kernel(compiled, params, spec.outputs, chunk.padded, (), fixed))
-
-    run()
-    return chunk.padded / best_of(run, 5)
+    prepared.evaluate()  # compiles
+    return prepared.size / best_of(prepared.evaluate, 5)
 
 
-def compile_time(model: str, devs) -> dict:
+def compile_time(model: str) -> dict:
     """Host DAG build (bypassing the compile cache) plus XLA compile of the
     sweep's primary kernel, for a 3-iteration DAG of `model`."""
-    from sweep.engine import evaluate
-    from sweep.graph import zoo
-    from sweep.graph.compiler import compile_zoo_model, shape_of
-    from sweep.engine.params import kernel_params
-    from sweep.engine.plan import Plan
-    from sweep.scenario.spec import load_spec, possible_values
-
-    spec = load_spec({"model": model, "batch_size": [8, 16], "nodes": [1, 2], "iterations": 3})
-    plan = Plan(spec, evaluate.DEFAULT_CHUNK, multiple=devs.count)
-    chunk = next(plan.chunks())
-    s = chunk.structure
-    params = devs.put(kernel_params(plan.columns(chunk)[0], zoo.get_model(model, s["seq_len"]), chunk.padded,
-                                    compact=True))
-    fixed = possible_values(spec, "strategy") <= {"bsp", "wfbp"}
+    prepared = sweep.prepare_chunk(sweep.load_spec({"model": model, "batch_size": [8, 16], "nodes": [1, 2],
+                                                    "iterations": 3}))
     start = time.perf_counter()
-    compiled = compile_zoo_model.__wrapped__(model, s["seq_len"], s["iterations"], s["compute.trace"], shape_of(s))
-    evaluate._primary_kernel.lower(compiled, params, (), fixed).compile()
+    compiled = prepared.compile_fresh()
     return {"compile_s": time.perf_counter() - start, "tasks": len(compiled.dag.tasks), "mode": compiled.mode}
 
 
-def worker(devices: int, memory: bool, gpu_log2: int, size_log2: int) -> dict:
-    if devices:
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    import jax
-
-    import sweep
-    from sweep.engine import evaluate
-    from sweep.scenario.spec import load_spec
-
+def worker(memory: bool, gpu_log2: int, size_log2: int) -> dict:
+    """Every measurement, on the devices JAX sees (the parent sets XLA_FLAGS)."""
     result = {"platform": jax.devices()[0].platform, "devices": jax.device_count(), "grid": 2 ** size_log2}
     cpu = result["platform"] == "cpu"  # the reference runs on the host: compare like with like
 
     references, scenarios = {}, {}
     for name, sc in SCENARIOS.items():
-        spec = load_spec(grid(min(size_log2, sc.max_log2 or size_log2), **sc.keys))
+        spec = sweep.load_spec(grid(min(size_log2, sc.max_log2 or size_log2), **sc.keys))
         if cpu and sc.reference == name:
             references[name] = reference(spec)
         expected = references[name].pop("times") if name in references else None
@@ -219,13 +176,12 @@ def worker(devices: int, memory: bool, gpu_log2: int, size_log2: int) -> dict:
             scenarios[name]["reference"] = sc.reference
             scenarios[name]["ratio"] = scenarios[name]["sweep_rate"] / references[sc.reference]["rate"]
     result["references"], result["scenarios"] = references, scenarios
-    devs = evaluate.visible_devices()
-    result["kernel_rate"] = kernel_rate(load_spec(grid(size_log2)), devs)
-    result["modes"] = {name: lowering(load_spec(grid(10, **keys)))[0] for name, keys in SHAPES.items()}
-    result["bert_large_compile"] = compile_time("bert_large", devs)
+    result["kernel_rate"] = kernel_rate(sweep.load_spec(grid(size_log2)))
+    result["modes"] = {name: lowering(sweep.load_spec(grid(10, **keys)))[0] for name, keys in SHAPES.items()}
+    result["bert_large_compile"] = compile_time("bert_large")
 
     if result["platform"] == "gpu":
-        big = load_spec(grid(gpu_log2))
+        big = sweep.load_spec(grid(gpu_log2))
         sweep.run(big, chunk=1 << 22)
         result["gpu_grid"] = big.size
         result["gpu_sweep_rate"] = big.size / best_of(lambda: sweep.run(big, chunk=1 << 22), 2)
@@ -307,7 +263,6 @@ def report(r: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--devices", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--memory", action="store_true", help="also measure a 10^8-configuration sampled sweep")
     parser.add_argument("--size-log2", type=int, default=20, help="log2 of the CPU grid size (default 20, least 10)")
     parser.add_argument("--gpu-log2", type=int, default=28, help="log2 of the GPU grid size (default 28)")
@@ -316,16 +271,17 @@ def main(argv=None) -> int:
     if args.size_log2 < 10:
         parser.error("--size-log2 must be at least 10")
     if args.worker:
-        print(json.dumps(worker(args.devices, args.memory, args.gpu_log2, args.size_log2)))
+        print(json.dumps(worker(args.memory, args.gpu_log2, args.size_log2)))
         return 0
 
     cores = os.cpu_count() or 1
     runs = []
     for devices, memory in [(1, False), (cores, args.memory)]:
-        cmd = [sys.executable, __file__, "--worker", "--devices", str(devices), "--gpu-log2", str(args.gpu_log2),
+        cmd = [sys.executable, __file__, "--worker", "--gpu-log2", str(args.gpu_log2),
                "--size-log2", str(args.size_log2)]
         done = subprocess.run(cmd + (["--memory"] if memory else []), capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": _root()})
+                              env={**os.environ, "PYTHONPATH": _root(),
+                                   "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
         if done.returncode:
             print(done.stderr, file=sys.stderr)
             return 1

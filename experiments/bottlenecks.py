@@ -16,13 +16,13 @@ from __future__ import annotations
 import sys
 import time
 
+from matplotlib.colors import ListedColormap
 import numpy as np
 import xarray as xr
 
 import sweep
-from kernels.codes import BOTTLENECKS
-from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
-from sweep.atomic import write_dataset, write_text
+from kernels import BOTTLENECKS
+from sweep import markdown_table, pyplot, save_figure, study_arguments, write_dataset, write_text
 
 BATCH = 64
 GPUS_PER_NODE = 4
@@ -93,8 +93,6 @@ def plot_breakdown(cube: xr.Dataset, path) -> None:
 
 
 def plot_bottleneck_map(cube: xr.Dataset, path) -> None:
-    from matplotlib.colors import ListedColormap
-
     plt = pyplot()
     models = list(cube["model"].values)
     links = list(cube["inter"].values)

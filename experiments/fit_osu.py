@@ -22,16 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.fit.optimise import Options
-from sweep.fit.calibrate import calibrate, fit_summary
-from sweep.report.files import markdown_table, require_data, study_arguments
-from sweep.atomic import write_text
+from sweep import FitOptions, calibrate, fit_summary, markdown_table, require_data, study_arguments, write_text
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "osu_allreduce_latency.csv"
-QUICK = Options(starts=4, steps=600, polish=300)
+QUICK = FitOptions(starts=4, steps=600, polish=300)
 
 
-def fit(keys, folder: Path, output: Path | None, options: Options):
+def fit(keys, folder: Path, output: Path | None, options: FitOptions):
     with open(DATA, newline="") as handle:
         rows = list(csv.DictReader(handle))
     data = folder / "osu.csv"
@@ -50,7 +47,7 @@ def main(argv=None) -> int:
     args = study_arguments("fit_osu", __doc__.splitlines()[0], argv)
     require_data("fit_osu", DATA)
     started = time.perf_counter()
-    options = QUICK if args.quick else Options()
+    options = QUICK if args.quick else FitOptions()
     with tempfile.TemporaryDirectory() as folder:
         full, by_p = fit(["inter"], Path(folder), args.out / "fit_inter.toml", options)
         plain, by_p_plain = fit(["inter.alpha", "inter.bandwidth"], Path(folder), None, options)

@@ -7,7 +7,7 @@ what a hand-written evaluator for one fixed DAG and strategy looks like; the
 benchmark holds `sweep.run` to it. The strategy is `wfbp`: every policy slot
 sends its own layer's gradients, so every bucket, and every slot switch, is
 known before any configuration is seen. It is generic over the task costs,
-so it evaluates every `sweep.dag.Shape`; collectives must be affine
+so it evaluates every `sweep.graph.dag.Shape`; collectives must be affine
 (latency + per_byte * bytes: no protocol steps, no smoothing).
 
     python experiments/fused_reference.py   # check it against sweep.run
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import kernels
+import sweep
 from kernels.codes import ALWAYS, COMM_COSTS, COMPUTE_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
-from sweep.graph.dag import Dag, Task
+from sweep import Dag, Task
 
 
 def used_costs(dag: Dag) -> tuple[list[str], list[str]]:
@@ -113,13 +115,9 @@ def compile_reference(dag: Dag):
 
 def reference_scalars(params: dict[str, np.ndarray], compiled) -> dict[str, np.ndarray]:
     """The arguments of `scalar_names` as contiguous float32 [C] arrays, from
-    kernel parameter arrays (`sweep.params.kernel_params`) and the project's
+    kernel parameter arrays (`sweep.PreparedChunk.params`) and the project's
     own cost functions: setup, not timed."""
-    import jax
-
-    from kernels.iteration import context
-
-    ctx = context(compiled, params)
+    ctx = kernels.context(compiled, params)
     compute, comm = used_costs(compiled.dag)
     values = {c: ctx.compute[c] for c in compute}
     for c in comm:
@@ -130,23 +128,15 @@ def reference_scalars(params: dict[str, np.ndarray], compiled) -> dict[str, np.n
     values["grad_bytes"] = ctx.grad_bytes
     values["no_prefetch"] = np.where(np.asarray(ctx.prefetch) > 0, 0.0, 1.0)
     size = max(np.size(v) for v in params.values())
-    return {name: np.ascontiguousarray(np.broadcast_to(np.asarray(jax.device_get(values[name]), np.float32), size))
+    return {name: np.ascontiguousarray(np.broadcast_to(np.asarray(values[name], np.float32), size))
             for name in scalar_names(compiled.dag)}
 
 
 def reference_inputs(spec):
     """(compiled DAG, `reference_scalars`) of a single-group scenario, its
     configurations in the cube's order: setup, not timed."""
-    from sweep.graph import zoo
-    from sweep.graph.compiler import compile_structure
-    from sweep.engine.params import kernel_params
-    from sweep.engine.plan import Plan
-
-    plan = Plan(spec, spec.size)
-    (chunk,) = plan.chunks()  # one chunk of every configuration, unpadded
-    compiled = compile_structure(chunk.structure)
-    model = zoo.get_model(chunk.structure["model"], chunk.structure["seq_len"])
-    return compiled, reference_scalars(kernel_params(plan.columns(chunk)[0], model, chunk.size), compiled)
+    prepared = sweep.prepare_chunk(spec, chunk=spec.size)  # one chunk of every configuration
+    return prepared.compiled, reference_scalars(prepared.params, prepared.compiled)
 
 
 def reference_times(spec) -> np.ndarray:
@@ -168,10 +158,7 @@ CHECK_SHAPES = {"barrier": {}, "layerwise": {"update": "layerwise"}, "zero3": {"
 
 def max_relative_difference(scenario: dict) -> float:
     """Largest |reference - sweep.run| / sweep.run over the scenario's iteration times."""
-    import sweep
-    from sweep.scenario.spec import load_spec
-
-    spec = load_spec(scenario)
+    spec = sweep.load_spec(scenario)
     expected = sweep.run(spec)["iteration_time"].values.reshape(-1)
     return float(np.max(np.abs(reference_times(spec) - expected) / expected))
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import sys
 import time
 
+from matplotlib.colors import LogNorm
 import numpy as np
 import xarray as xr
 
 import sweep
-from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
-from sweep.atomic import write_dataset, write_text
+from sweep import markdown_table, pyplot, save_figure, study_arguments, write_dataset, write_text
 
 MiB = 1 << 20
 DDP_BUCKET = 25 * MiB
@@ -66,8 +66,6 @@ def sweep_cube(models, buckets, bandwidths, latencies) -> xr.Dataset:
 
 
 def plot_best_bucket(cube: xr.Dataset, path) -> None:
-    from matplotlib.colors import LogNorm
-
     plt = pyplot()
     models = cube["model"].values
     bandwidths, latencies = cube["inter.bandwidth"].values, cube["inter.alpha"].values

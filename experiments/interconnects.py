@@ -22,8 +22,7 @@ import numpy as np
 import xarray as xr
 
 import sweep
-from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
-from sweep.atomic import write_dataset, write_text
+from sweep import markdown_table, pyplot, save_figure, study_arguments, write_dataset, write_text
 
 FRAMEWORKS = ("caffe-mpi", "cntk", "mxnet", "tensorflow")
 SINGLE_NODE_LINKS = ("pcie3", "nvlink2")

@@ -39,8 +39,7 @@ import numpy as np
 import xarray as xr
 
 import sweep
-from sweep.report.files import markdown_table, pyplot, save_figure
-from sweep.atomic import write_dataset, write_text
+from sweep import markdown_table, pyplot, save_figure, write_dataset, write_text
 
 # Each shape: (label, scenario keys over the common ones, the shape it is compared with).
 SHAPES = {

@@ -17,8 +17,7 @@ import time
 import xarray as xr
 
 import sweep
-from sweep.report.files import markdown_table, pyplot, save_figure, study_arguments
-from sweep.atomic import write_dataset, write_text
+from sweep import markdown_table, pyplot, save_figure, study_arguments, write_dataset, write_text
 
 STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
 BASELINES = ("wfbp", "bsp")

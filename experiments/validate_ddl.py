@@ -28,7 +28,7 @@ all-reduce: the measurements show no network cost there (BSP-PS is within
 6 % of BSP-A2A on 4 GPUs for every model). Every row's compute comes from
 the measured single-GPU throughput (`compute.measured_throughput`, the
 1-GPU rows); GPUs are RTX 2080 Ti, links start from the catalog's pcie3 and
-10gbe. The fit (`sweep.calibrate`, shared by all rows) sets the intra link
+10gbe. The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link
 (alpha, bandwidth) and the inter link (alpha, bandwidth, and a protocol
 switch with a second latency/bandwidth pair for large messages), and the
 software overhead of one all-reduce call on each (`FIT`), within the
@@ -57,6 +57,7 @@ FIT.toml files.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 import tempfile
@@ -64,14 +65,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import tomli_w
 
-from sweep.fit.calibrate import fit_document
-from sweep.fit import validate as val
-from sweep.fit.optimise import Options
-from sweep.fit.data import read_base, read_rows
-from sweep.fit.calibrate import fit_summary
-from sweep.atomic import write_text
-from sweep.report.files import markdown_table, require_data
+from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
+                   read_rows, require_data, run_fold, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 BASE = 'gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "10gbe"\n'
@@ -87,8 +84,8 @@ METHODS = {  # method -> (strategy, family)
 }
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
            "ps.pipelined", "compute.measured_throughput", "throughput")
-FULL = Options()
-QUICK = Options(starts=2, steps=300, polish=100)
+FULL = FitOptions()
+QUICK = FitOptions(starts=2, steps=300, polish=100)
 
 
 def load(path: Path) -> tuple[list[dict], dict[str, float]]:
@@ -127,7 +124,7 @@ def write_rows(path: Path, records: list[dict], single: dict, measured: bool) ->
     return path
 
 
-def run_task(name: str, records: list[dict], single: dict, out: Path, options: Options, base_text: str,
+def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
              data_name: str, **split) -> dict:
     """One fold of `sweep.validate` (`split`: its make_folds arguments) on the
     mapped rows; errors of the model and the baseline. The mapped rows live
@@ -137,16 +134,14 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: O
         base_path = Path(folder) / "base.toml"
         base_path.write_text(base_text)
         base = read_base(base_path)
-        _, rows = read_rows(data, dict(base), labels=(val.LABEL,))
-    folds = val.make_folds(rows, **split)
+        _, rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
+    folds = make_folds(rows, **split)
     assert all(f.train == folds[0].train for f in folds)  # one fit: pool the held-out rows
-    fold = val.Fold(folds[0].name if len(folds) == 1 else f"fit {split.get('reference')}, predict the others",
+    fold = Fold(folds[0].name if len(folds) == 1 else f"fit {split.get('reference')}, predict the others",
                     folds[0].train, tuple(sorted(i for f in folds for i in f.test)))
     label = f"{data_name}: {fold.name}, mapped by experiments/validate_ddl.py"
-    result = val.run_fold(rows, fold, list(FIT), base, options, label)
+    result = run_fold(rows, fold, list(FIT), base, options, label)
     doc = fit_document({k: v for k, v in base.items() if k not in FIT}, result.fit, label)
-    import tomli_w
-
     write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)
     test = [records[i] for i in fold.test]
@@ -209,8 +204,6 @@ def write_predictions(path: Path, tasks: list[dict]) -> None:
 
 
 def arguments(argv):
-    import argparse
-
     parser = argparse.ArgumentParser(prog="experiments/validate_ddl.py", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer optimiser steps (used by the tests)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "validate_ddl",

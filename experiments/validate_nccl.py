@@ -1,7 +1,7 @@
 """The link model against published nccl-tests all_reduce_perf tables.
 
 Data: ../shared/data/nccl_tests/*.csv (see its README: sources, hardware,
-flags). Read by `calibrate` directly (`sweep.measurements`: out-of-place
+flags). Read by `calibrate` directly (`sweep.fit.measurements`: out-of-place
 time, never busbw; warm-up rows and spikes left out and reported). Tables
 flagged anomalous in the README are left out of every task.
 
@@ -37,13 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.scenario import catalog
-from sweep.fit.optimise import Options
-from sweep.fit.calibrate import calibrate
-from sweep.fit.measurements import read_measurements
-from sweep.report.files import markdown_table, study_arguments
-from sweep.atomic import write_text
-from sweep.fit.validate import records_csv, validate
+from sweep import (FitOptions, calibrate, catalog, markdown_table, read_measurements, records_csv, study_arguments,
+                   validate, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
 MEBI = 1 << 20
@@ -83,15 +78,15 @@ INTRA_LINKS = {
 # about M, not a ring's 2(g-1)/g M, so the wire bound is half the ring's: the
 # line rate is doubled to say so (README caveat: busbw above the wire).
 NVLS = ("nvidia_exemplar_h100_dgx_1x8",)
-FULL = Options()
-QUICK = Options(starts=2, steps=300, polish=150)
+FULL = FitOptions()
+QUICK = FitOptions(starts=2, steps=300, polish=150)
 
 
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
-def run(path: Path, keys, base_text: str, split: str, options: Options, folder: Path, **kw):
+def run(path: Path, keys, base_text: str, split: str, options: FitOptions, folder: Path, **kw):
     base = folder / f"{path.stem}.toml"
     base.write_text(base_text)
     return validate(path, keys, base, split, options=options, **kw)

@@ -36,7 +36,7 @@ the slower per-byte cost sets the pace, lat_a + lat_b + M max(pb_a, pb_b).
 Physical bounds. Bandwidth never grows with the number of processes: a
 negative `bandwidth_exponent` acts as 0. When `p` carries the links' line
 rates (`intra_line_rate`, `inter_line_rate` [bytes/s per direction; for the
-inter link, per node]: `sweep.calibrate` adds them, a sweep may), no regime's
+inter link, per node]: `sweep.fit.calibrate` adds them, a sweep may), no regime's
 per-byte cost falls below the wire's: every phase pays at least its share of
 `wire_lower_bound`,
   one node      2(g-1)/g * M / line_rate_intra   (each GPU sends and receives
@@ -67,7 +67,7 @@ import jax.numpy as jnp
 from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
 
 # What an unset extension field of a link is (one table for the kernels,
-# `sweep.params` and `sweep.calibrate`): a number, or the name of the field
+# `sweep.engine.params` and `sweep.fit.calibrate`): a number, or the name of the field
 # whose value it takes (always one listed before it). Every default leaves
 # the alpha-beta link exactly.
 LINK_FALLBACK = {
@@ -284,7 +284,7 @@ def scaled_cost(cost: CollectiveCost, factor) -> CollectiveCost:
 
 def stage_costs(p) -> dict:
     """Lazily evaluated costs of the collectives a DAG's comm tasks name
-    (`sweep.dag.COMM_COSTS`): the all-reduce; its reduce-scatter and
+    (`sweep.graph.dag.COMM_COSTS`): the all-reduce; its reduce-scatter and
     all-gather halves (each half the steps and half the volume of the
     chosen algorithm); and the three pipelined stages of hierarchical
     all-reduce: intra reduce-scatter and all-gather (halves of phase A) and

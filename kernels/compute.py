@@ -30,7 +30,7 @@ def compute_scales(total_flops, total_params, p):
 
 def compute_profile(forward_total, backward_total, total_params, traced: bool, p):
     """(forward s/unit [C], backward s/unit [C], update [C]) for a DAG whose
-    compute tasks carry work in units (`sweep.compiler.CompiledDag`).
+    compute tasks carry work in units (`sweep.graph.compiler.CompiledDag`).
 
     Without a trace a unit is a forward FLOP per sample and the scales come
     from `compute_scales`. With measured per-layer times (`compute.trace`) a

@@ -1,8 +1,8 @@
 """One steady-state S-SGD iteration for every configuration (DESIGN 2.3, 2.4).
 
 `p` maps parameter names to [C] arrays (see `PARAMS`); `dag` is a
-`sweep.compiler.CompiledDag`, whose lowered program (`sweep.lowering`) is
-the DAG of `sweep.dag` as the kernels run it. Every output here, for sweeps,
+`sweep.graph.compiler.CompiledDag`, whose lowered program (`sweep.graph.lowering`) is
+the DAG of `sweep.graph.dag` as the kernels run it. Every output here, for sweeps,
 fits, sensitivities and `explain`, comes from that one program:
 - contracted (an update barrier, input only at the iteration boundary): the
   body of one iteration is evaluated once, as offsets from its entry, and
@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 
 import jax.numpy as jnp
+import numpy as np
 
 from kernels.collectives import LINK_FIELDS, stage_costs
 from kernels.compute import compute_profile, input_times
@@ -26,7 +27,7 @@ PARAMS = (
     "peak_flops", "memory_bandwidth", "efficiency", "b_half", "bwd_ratio",
     "measured_throughput", "update_bytes_per_param", "grad_bytes",
     "intra_alpha", "intra_bandwidth", "inter_alpha", "inter_bandwidth",
-    # Link model extensions: `sweep.params.kernel_params` adds them only when a
+    # Link model extensions: `sweep.engine.params.kernel_params` adds them only when a
     # scenario sets one (else the kernels use the alpha-beta links).
     *(f"{table}_{field}" for table in ("intra", "inter") for field in LINK_FIELDS[2:]),
     "h2d_alpha", "h2d_bandwidth", "io_time_per_sample", "sample_bytes",
@@ -205,8 +206,6 @@ def lowered_schedule(lowered, ctx: Context):
 
 
 def _reorder(values, order, num_tasks):
-    import numpy as np
-
     position = np.empty(num_tasks, np.int64)
     position[np.asarray(order)] = np.arange(len(order))
     return values[position]

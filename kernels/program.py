@@ -1,4 +1,4 @@
-"""Evaluate a lowered DAG program (`sweep.lowering.Program`) for every configuration.
+"""Evaluate a lowered DAG program (`sweep.graph.lowering.Program`) for every configuration.
 
 Each segment's finish times come out at once ([n, C], configurations on the
 minor axis):
@@ -355,7 +355,7 @@ def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
 
 
 def _scan(program, seg, values, sent, ctx, want_all):
-    """A register scan (`sweep.lowering.ScanSegment`): one task per step."""
+    """A register scan (`sweep.graph.lowering.ScanSegment`): one task per step."""
     m = len(seg)
     ext_rows = [i for i in range(m) if seg.inputs[i]]
     ext = []

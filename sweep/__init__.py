@@ -1,97 +1,88 @@
 """ssgd-sweep: the DAG model of synchronous data-parallel SGD, swept with JAX.
 
-`run(spec, output=None)` evaluates a scenario (a TOML path or a mapping) over
-its whole grid (or sample) and returns a labelled xarray Dataset, streamed to
-`output` as netCDF when given.
+The public API is `__all__`; everything else is an implementation detail
+that may change. Names load on first use (PEP 562 `__getattr__`), so that
+`import sweep` and the CLI's start-up (help, bad-input errors) do not pay for
+importing JAX.
+
+Scenarios and sweeps:
+    run(spec, output=None, ...)      evaluate a scenario into a labelled cube
+    load_spec(source) -> Spec        read and check a scenario (TOML path or mapping)
+    SpecError                        what bad input raises: one line, key and value
+    explain(spec) / format_explain   one configuration's schedule from the compiled program
+    required_inter_bandwidth(spec)   the inter-node bandwidth that reaches a target efficiency
+    catalog                          GPUs and links by name (`catalog.LINKS`, `catalog.GPUS`)
+
+Fitting, prediction, validation:
+    calibrate(data, keys, ...)       fit keys to measurements; FitOptions, fit_summary
+    predict(fit, query)              predictions with intervals from FIT.toml
+    validate(data, keys, ...)        out-of-sample errors against the naive baselines;
+                                     records_csv, make_folds, run_fold, Fold, fit_document,
+                                     METHOD_COLUMN (the data column naming each row's method)
+    read_base, read_rows, read_measurements   the inputs those commands read
+
+Studies (experiments/): markdown_table, pyplot, save_figure, study_arguments,
+require_data, write_text, write_dataset.
+
+The kernel alone (benchmarks): prepare_chunk(spec) -> PreparedChunk, and the
+DAG types Dag and Task that `explain --json` and the lowering describe.
 """
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
+# public name -> module that defines it
+_HOMES = {
+    "run": "sweep.engine.runner",
+    "load_spec": "sweep.scenario.spec",
+    "Spec": "sweep.scenario.spec",
+    "SpecError": "sweep.errors",
+    "explain": "sweep.report.explain",
+    "format_explain": "sweep.report.explain",
+    "required_inter_bandwidth": "sweep.engine.bandwidth_target",
+    "calibrate": "sweep.fit.calibrate",
+    "fit_summary": "sweep.fit.calibrate",
+    "fit_document": "sweep.fit.calibrate",
+    "FitOptions": "sweep.fit.optimise",
+    "predict": "sweep.fit.predict",
+    "validate": "sweep.fit.validate",
+    "records_csv": "sweep.fit.validate",
+    "make_folds": "sweep.fit.validate",
+    "run_fold": "sweep.fit.validate",
+    "Fold": "sweep.fit.validate",
+    "METHOD_COLUMN": "sweep.fit.validate",
+    "read_base": "sweep.fit.data",
+    "read_rows": "sweep.fit.data",
+    "read_measurements": "sweep.fit.measurements",
+    "markdown_table": "sweep.report.files",
+    "pyplot": "sweep.report.files",
+    "save_figure": "sweep.report.files",
+    "study_arguments": "sweep.report.files",
+    "require_data": "sweep.report.files",
+    "write_text": "sweep.atomic",
+    "write_dataset": "sweep.atomic",
+    "prepare_chunk": "sweep.engine.evaluate",
+    "PreparedChunk": "sweep.engine.evaluate",
+    "Dag": "sweep.graph.dag",
+    "Task": "sweep.graph.dag",
+}
+_MODULES = {"catalog": "sweep.scenario.catalog"}
 
-def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=None, open_result: bool = True,
-        lock=None):
-    """Evaluate a scenario; return the cube.
+__all__ = ["__version__", *_HOMES, *_MODULES]
 
-    With `output`, results stream into `output.partial` chunk by chunk and the
-    file is renamed to `output` when complete; an interrupted run resumes from
-    its completed chunks when called again with the same scenario, input files
-    and output (otherwise it starts over, saying why through `log`). An
-    existing `output` computed from the same inputs is kept as it is.
-    The returned Dataset then reads lazily from the file (xarray still loads
-    coordinates, which for a sampled sweep hold one value per configuration:
-    pass `open_result=False` to get None instead and keep memory bounded).
-    While it writes, it holds an exclusive lock on `output.lock` (`lock`: one
-    the caller took already, `sweep.store.OutputLock`); a second run on the
-    same output is refused with SpecError.
-    """
-    import numpy as np
-    import xarray as xr
 
-    from sweep.engine.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
-    from sweep.engine.plan import Plan
-    from sweep.errors import SpecError
-    from sweep.scenario.spec import Spec, load_spec
-    from sweep.engine.store import MemoryStore, NetcdfStore, NullStore, WriteError, identity, make_layout
-
-    spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    devices = visible_devices()
-    target = chunk or DEFAULT_CHUNK
-    plan = Plan(spec, target, multiple=devices.count)
-    ident = identity(spec, plan.length, target, devices.count)
-    layout = make_layout(spec, devices.count, plan.disk_chunks(), ident["inputs"])
-    log = log or (lambda message: None)
-    if output is None:
-        store = MemoryStore(layout)
-    elif devices.leader:
-        store = NetcdfStore(output, layout, ident, log, lock)
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
     else:
-        store = NullStore(layout)
-    if devices.agree(np.array([store.already_complete]))[0]:  # process 0 decides for all
-        store.finish()
-        log(f"{output} is already complete for this scenario and these inputs: nothing to do")
-        return xr.open_dataset(output, engine="h5netcdf") if open_result else None
-    progress = _Progress(make_progress(spec.size, quiet or not devices.leader))
-    try:
-        run_plan(spec, store, plan, devices, progress)
-    except WriteError:
-        store.abort()  # a full disk: the journaled chunks stay for a resume
-        raise
-    except SpecError:
-        store.discard()
-        raise
-    except BaseException:
-        store.abort()  # an interrupted run keeps its finished chunks for a resume
-        raise
-    finally:
-        progress.close()
-    if output is None:
-        return store.finish()
-    if devices.leader:
-        if store.finish():
-            log(f"replaced the existing {output}")
-        if open_result:
-            return xr.open_dataset(output, engine="h5netcdf")
-    return None
+        raise AttributeError(f"module 'sweep' has no attribute {name!r}")
+    globals()[name] = value  # resolved once
+    return value
 
 
-class _Progress:
-    """The progress bar (if any), and a check for a stop request after every
-    chunk, once it is written and journaled (on every process of a cluster)."""
-
-    def __init__(self, bar):
-        self.bar = bar
-
-    def update(self, n: int) -> None:
-        from sweep.engine import interrupt
-
-        if self.bar is not None:
-            self.bar.update(n)
-        interrupt.check_all()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-__all__ = ["run", "__version__"]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

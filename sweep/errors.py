@@ -6,6 +6,8 @@ nothing from the project, so any module may import it.
 """
 from __future__ import annotations
 
+import difflib
+
 
 class SpecError(ValueError):
     """Bad scenario input: names the key and the offending value in one line."""
@@ -19,3 +21,16 @@ def show(value: object) -> str:
     """A value as an error message prints it: its repr, cut to 80 characters."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def closest(word: object, choices, what: str = "") -> str:
+    """The end of an "unknown ..." message: the nearest valid choice
+    (difflib) as "did you mean X?", else the choices themselves when there
+    are a few (at most 12), else where to find them (`what`)."""
+    choices = [str(c) for c in choices]
+    near = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    if near:
+        return f"did you mean {near[0]}?"
+    if len(choices) <= 12 or not what:
+        return f"choose from {', '.join(choices)}"
+    return f"see {what}"

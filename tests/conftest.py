@@ -41,7 +41,7 @@ def every_fit_respects_the_wire():
 
     fit = optimise.fit
 
-    def checked(rows, fitted, base, options=optimise.Options()):
+    def checked(rows, fitted, base, options=optimise.FitOptions()):
         result = fit(rows, fitted, base, options)
         violations = wire.wire_bound_violations(rows, result)
         assert not violations, "fit below the wire lower bound:\n" + "\n".join(violations[:10])

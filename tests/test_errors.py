@@ -112,3 +112,29 @@ def test_bad_input_through_the_console_script(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "nodes" in result.stderr
     assert not (tmp_path / "o.nc").exists()
+
+
+# A misspelt name gets the nearest valid one, in the same single line (issue 12).
+MISSPELT = {
+    "key": ('model = "resnet50"\nbatch_size = 32\n[inter]\nbandwith = 1e9\n', "did you mean inter.bandwidth?"),
+    "model": ('model = "resnet5"\nbatch_size = 32\n', "did you mean resnet50?"),
+    "strategy": ('model = "resnet50"\nbatch_size = 32\nstrategy = "wfpb"\n', "did you mean wfbp?"),
+    "link": ('model = "resnet50"\nbatch_size = 32\ninter = "10gbee"\n', "did you mean 10gbe?"),
+    "output": ('model = "resnet50"\nbatch_size = 32\noutputs = ["throughputt"]\n', "did you mean throughput?"),
+    "sampled key": ('model = "resnet50"\nbatch_size = 32\n[sample]\nn = 4\nnodez = {min = 1, max = 4}\n',
+                    "did you mean nodes?"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSPELT))
+def test_a_misspelt_name_gets_the_nearest_one(case, cli, write_spec, tmp_path):
+    text, hint = MISSPELT[case]
+    out = tmp_path / "out.nc"
+    status, _, err = cli("run", write_spec(text), "-o", out)
+    assert status == 2 and not out.exists()
+    assert err.count("\n") == 1 and hint in err, err
+
+
+def test_a_key_far_from_every_key_names_where_the_keys_are(cli, write_spec, tmp_path):
+    status, _, err = cli("run", write_spec('model = "resnet50"\nbatch_size = 32\nzzz = 1\n'), "-o", tmp_path / "o.nc")
+    assert status == 2 and "did you mean" not in err and "Scenario files" in err and len(err) < 200, err

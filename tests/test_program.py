@@ -1,4 +1,4 @@
-"""The compiled program (sweep.lowering + kernels.program) against the NumPy oracle.
+"""The compiled program (sweep.graph.lowering + kernels.program) against the NumPy oracle.
 
 The oracle (tests/oracle.py) walks the slotted DAG task by task and decides
 buckets by the strategy rules as written in DESIGN 2.3; the program is what

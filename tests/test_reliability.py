@@ -396,7 +396,7 @@ def test_a_full_disk_inside_hdf5_is_one_line_not_a_crash(tmp_path):
     try:
         out = disk / "full.nc"
         args = ["run", str(spec), "-o", str(out), "--chunk", "8192", "--quiet", "--allow-large"]
-        code = ("import sys, sweep.store as s; s.NetcdfStore._check_space = lambda *a, **k: None\n"
+        code = ("import sys, sweep.engine.store as s; s.NetcdfStore._check_space = lambda *a, **k: None\n"
                 f"from sweep.cli import main; sys.exit(main({args!r}))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert done.returncode == 1, done.stderr
@@ -683,13 +683,13 @@ def test_validation_studies_without_the_data_say_so_in_one_line(study, tmp_path,
 def test_a_device_count_change_starts_over(tmp_path, monkeypatch):
     """Padding and sharding differ with the device count: a journal of another
     count is not resumed (and the message says why)."""
-    import sweep.engine.store as store
+    import sweep.engine.runner as runner
 
     spec = {"model": "alexnet", "batch_size": [8, 16, 32], "nodes": [1, 2, 4, 8]}
     out = tmp_path / "d.nc"
     interrupted_run(spec, out, monkeypatch, chunk=2)
-    real_identity = store.identity
-    monkeypatch.setattr(store, "identity", lambda *a: {**real_identity(*a), "devices": 4})
+    real_identity = runner.identity
+    monkeypatch.setattr(runner, "identity", lambda *a: {**real_identity(*a), "devices": 4})
     messages = []
     sweep.run(spec, out, chunk=2, log=messages.append).close()
     assert any(m.startswith("starting over: the device count changed (1 -> 4)") for m in messages), messages

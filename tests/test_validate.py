@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from sweep.fit.data import Row
-from sweep.fit.optimise import Options
+from sweep.fit.optimise import FitOptions
 from sweep.fit.uncertainty import predict_rows
 from sweep.fit.validate import make_folds, naive, validate
 
 ALPHA, BW = 1e-5, 1e9
-FAST = Options(starts=2, steps=400, polish=200)
+FAST = FitOptions(starts=2, steps=400, polish=200)
 
 
 def ring(p, m, alpha=ALPHA, bw=BW):
@@ -117,7 +117,7 @@ def test_validate_cli_writes_table_and_csv(exact, tmp_path, cli):
 
 
 def test_run_and_predict_agree_on_overhead_and_line_rate(tmp_path):
-    """A FIT.toml's overhead and line rate reach sweeps too (sweep.params), so
+    """A FIT.toml's overhead and line rate reach sweeps too (sweep.engine.params), so
     `run` and `predict` give the same iteration time."""
     import sweep
 

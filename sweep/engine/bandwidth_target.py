@@ -84,7 +84,7 @@ def required_inter_bandwidth(spec: Spec, target: float = 0.9, steps: int = STEPS
 
 def _groups(spec: Spec):
     """(grid selector, parameter arrays, compiled DAG) per structural group
-    (`sweep.plan.structural_groups`), every other configuration in one block."""
+    (`sweep.engine.plan.structural_groups`), every other configuration in one block."""
     inner_axes = [i for i, a in enumerate(spec.axes) if a.key not in STRUCTURAL]
     inner_shape = tuple(len(spec.axes[i].values) for i in inner_axes)
     size = math.prod(inner_shape)

@@ -1,6 +1,6 @@
 """Evaluate a sweep chunk by chunk, streaming results to a store.
 
-Chunks come from `sweep.plan.Plan`; each chunk's scenario values are resolved
+Chunks come from `sweep.engine.plan.Plan`; each chunk's scenario values are resolved
 to kernel parameters on the host, sharded over every device, and evaluated by
 one jitted kernel per DAG shape. Chunk i+1 is dispatched before chunk i's
 results are fetched and written, so the devices compute while the host writes.
@@ -8,16 +8,18 @@ results are fetched and written, so the devices compute while the host writes.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
 from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
 from sweep.graph import zoo
-from sweep.graph.compiler import compile_structure
+from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
 from sweep.engine.devices import Devices, visible_devices
 from sweep.engine.params import kernel_params
 from sweep.engine.plan import Plan
@@ -35,7 +37,7 @@ TRACES: collections.Counter = collections.Counter()
 def evaluate_params(dag, params):
     """Outputs ([C] arrays) for explicit per-configuration parameter arrays.
 
-    `params` is what `sweep.params.kernel_params` returns, possibly edited
+    `params` is what `sweep.engine.params.kernel_params` returns, possibly edited
     (e.g. a bisection over `inter_bandwidth`); `dag` from `compile_zoo_model`.
     """
     return iteration_outputs(dag, params)
@@ -45,7 +47,7 @@ def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
     """The requested outputs for one chunk, in two compiled steps (see
     `kernels.iteration.derived_outputs` for why). `tangents` holds, per
     sensitivity output, its (parameter, multiplier) pairs (see
-    sweep.sensitivity); `fixed_buckets`, that the scenario only ever uses bsp
+    sweep.scenario.sensitivity); `fixed_buckets`, that the scenario only ever uses bsp
     or wfbp."""
     primary = _primary_kernel(dag, params, tangents, fixed_buckets)
     return _output_kernel(primary, params, outputs, size)
@@ -97,10 +99,18 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 
 
 def _dispatch(spec, plan, chunk, devices):
+    dag, params, tangents, fixed_buckets = _chunk_inputs(spec, plan, chunk)
+    out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents, fixed_buckets)
+    _, sampled = plan.columns(chunk)
+    return out, sampled  # asynchronous
+
+
+def _chunk_inputs(spec: Spec, plan: Plan, chunk, structure_compiler=compile_structure):
+    """(compiled DAG, host parameter arrays, tangent rules, fixed_buckets) of one chunk."""
     s = chunk.structure
     model = zoo.get_model(s["model"], s["seq_len"])
-    dag = compile_structure(s)
-    columns, sampled = plan.columns(chunk)
+    dag = structure_compiler(s)
+    columns, _ = plan.columns(chunk)
     params = kernel_params(columns, model, chunk.padded, compact=True)
     tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))
                      for name in spec.outputs if is_sensitivity(name))
@@ -110,9 +120,44 @@ def _dispatch(spec, plan, chunk, devices):
                 raise SpecError("outputs", name, "this scenario does not set that key, so nothing depends on it")
             if multiplier is not None and params[multiplier].shape > params[param].shape:
                 params[param] = np.broadcast_to(params[param], params[multiplier].shape).copy()
-    out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents,
-                        possible_values(spec, "strategy") <= {"bsp", "wfbp"})
-    return out, sampled  # asynchronous
+    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedChunk:
+    """The first chunk of a sweep, ready for the kernel: for timing or
+    inspecting the kernel apart from the host work `sweep.run` adds
+    (`experiments/benchmark.py`). `params` are on the devices; `size` is the
+    padded chunk length."""
+    spec: Spec
+    compiled: CompiledDag
+    params: dict
+    size: int
+    tangents: tuple
+    fixed_buckets: bool
+
+    def evaluate(self) -> dict:
+        """Every output of `spec.outputs` for the chunk, [size] each (asynchronous)."""
+        return _sweep_kernel(self.compiled, self.params, self.spec.outputs, self.size, self.tangents,
+                             self.fixed_buckets)
+
+    def compile_fresh(self) -> CompiledDag:
+        """Build and lower the DAG again (bypassing the compile cache) and
+        XLA-compile the primary kernel for it: what a new structural group costs."""
+        compiled = compile_structure_uncached(next(Plan(self.spec, self.size).chunks()).structure)
+        _primary_kernel.lower(compiled, self.params, self.tangents, self.fixed_buckets).compile()
+        return compiled
+
+
+def prepare_chunk(spec: Spec, chunk: int = DEFAULT_CHUNK, devices: Devices | None = None) -> PreparedChunk:
+    """The first chunk of `spec` (at most `chunk` configurations, in cube
+    order), its parameters resolved and put on `devices` (default: every
+    visible device)."""
+    devices = devices or visible_devices()
+    plan = Plan(spec, chunk, multiple=devices.count)
+    first = next(plan.chunks())
+    dag, params, tangents, fixed_buckets = _chunk_inputs(spec, plan, first)
+    return PreparedChunk(spec, dag, devices.put(params), first.padded, tangents, fixed_buckets)
 
 
 def _finish(chunk, out, sampled, plan, store, devices, progress):
@@ -128,8 +173,6 @@ def make_progress(total: int, quiet: bool):
     """A progress bar on a terminal (configurations, rate, time left); none otherwise."""
     if quiet or not sys.stderr.isatty():
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total, unit="cfg", unit_scale=True, file=sys.stderr, smoothing=0.1)
 
 

@@ -15,6 +15,10 @@ import contextlib
 import signal
 import threading
 
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []
 
@@ -46,13 +50,8 @@ def check() -> None:
 def check_all() -> None:
     """`check` for every process of a cluster at once: all stop if any was
     signalled (a collective: every process calls it at the same point)."""
-    import jax
-
     if jax.process_count() == 1:
         return check()
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     flags = multihost_utils.process_allgather(np.array([_received[0] if _received else 0], np.int32))
     first = int(np.max(flags))
     if first:

@@ -18,8 +18,6 @@ from sweep.graph import zoo
 from sweep.scenario.schema import KEYS
 from sweep.scenario.spec import Spec
 
-DEFAULT_STRATEGY = "wfbp"
-DEFAULT_ALGORITHM = "ring"
 DEFAULT_BUCKET_BYTES = 25 << 20
 DEFAULT_PREFETCH = True
 
@@ -101,8 +99,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         "io_time_per_sample": get("io.time_per_sample"),
         "sample_bytes": given_or("io.sample_bytes", np.full(default_size, float(model.input_bytes))),
         "prefetch": from_preset("io.prefetch", "prefetch", DEFAULT_PREFETCH, float),
-        "strategy": from_preset("strategy", "strategy", DEFAULT_STRATEGY, STRATEGIES.index),
-        "algorithm": from_preset("algorithm", "algorithm", DEFAULT_ALGORITHM, ALGORITHMS.index),
+        "strategy": from_preset("strategy", "strategy", presets.DEFAULT_STRATEGY, STRATEGIES.index),
+        "algorithm": from_preset("algorithm", "algorithm", presets.DEFAULT_ALGORITHM, ALGORITHMS.index),
         "bucket_bytes": from_preset("bucket_bytes", "bucket_bytes", DEFAULT_BUCKET_BYTES),
     }
     for table in ("intra", "inter", "h2d"):

@@ -139,7 +139,7 @@ class Plan:
 
 
 def structure_of(spec: Spec, chosen: dict) -> dict:
-    """The structural keys' values (`sweep.schema.STRUCTURAL`) of a group,
+    """The structural keys' values (`sweep.scenario.schema.STRUCTURAL`) of a group,
     from the values `chosen` on its structural axes: what decides the DAG."""
     return {key: spec.value(key, chosen) for key in STRUCTURAL}
 

@@ -30,9 +30,12 @@ import numpy as np
 import xarray as xr
 
 from kernels.outputs import OUTPUT
+from sweep.engine.plan import structural_groups
+from sweep.graph.compiler import compile_structure
+from sweep.graph.layer_trace import file_digest
 from sweep.scenario.sensitivity import is_sensitivity, key_of, variable_name
 from sweep.scenario.sensitivity import units as sensitivity_units
-from sweep.scenario.schema import KEYS
+from sweep.scenario.schema import KEYS, STRUCTURAL
 from sweep.errors import SpecError
 from sweep.scenario.spec import Spec
 
@@ -87,13 +90,9 @@ def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...], inputs: 
 
 
 def lowering_summary(spec: Spec) -> str:
-    """How each structural group's DAG is evaluated (sweep.lowering): the
+    """How each structural group's DAG is evaluated (sweep.graph.lowering): the
     contracted stream program or the unrolled one, with the reason, labelled by
     the structural keys that vary across the cube."""
-    from sweep.graph.compiler import compile_structure
-    from sweep.engine.plan import structural_groups
-    from sweep.scenario.schema import STRUCTURAL
-
     varying = [a.key for a in spec.axes if a.key in STRUCTURAL]
     parts = []
     for structure, _ in structural_groups(spec):
@@ -502,8 +501,6 @@ def identity(spec: Spec, chunk_length: int, target: int, devices: int) -> dict:
     contents (sha256) of every file the sweep reads, the program, the chunk
     size and the device count. `inputs` digests the first three: a cube's
     `inputs_sha256` attribute."""
-    from sweep.graph.layer_trace import file_digest
-
     scenario = hashlib.sha256(spec.to_toml().encode()).hexdigest()
     files = {path: file_digest(path) for path in sorted(t for t in spec.values("compute.trace") if t is not None)}
     code = code_digest()

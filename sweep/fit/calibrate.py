@@ -18,7 +18,7 @@ from sweep.errors import SpecError
 from sweep.fit.data import load_rows, read_base
 from sweep.fit.model import FITTABLE, expand_fit
 from sweep.fit import optimise
-from sweep.fit.optimise import FitResult, Options
+from sweep.fit.optimise import FitResult, FitOptions
 
 def fit_document(base: dict, result: FitResult, data: str) -> dict:
     """FIT.toml as a nested mapping: the base scenario, the fitted values in
@@ -37,7 +37,7 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "max_relative_error": result.max_relative_error,
         "loss": result.loss,
         "starts": result.starts,
-        # Prediction intervals (sweep.predict): log-space covariance of the
+        # Prediction intervals (sweep.fit.predict): log-space covariance of the
         # fitted coordinates (log of log-space keys, exponents as they are)
         # in the order of `fitted`, and the robust scale of the log residuals.
         "residual_scale": result.residual_scale,
@@ -71,7 +71,7 @@ def _put(doc: dict, key: str, value) -> None:
 
 
 def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
-              options: Options = Options(), label: str | None = None,
+              options: FitOptions = FitOptions(), label: str | None = None,
               fmt: str | None = None) -> tuple[FitResult, dict]:
     """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
     `label` describes the data in [fit] (default: its path). Benchmark output
@@ -92,6 +92,8 @@ def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, 
 
 
 def fit_summary(result: FitResult) -> str:
+    """A few lines for people: errors, each fitted value with its spread and
+    any bound it sits on, and the rows left out as anomalous."""
     lines = [f"fitted {len(result.keys)} key(s) to {result.observations} observation(s) "
              f"({result.rows} rows, best of {result.starts} starts)",
              f"relative error: median {100 * result.median_relative_error:.1f} %, "

@@ -133,7 +133,7 @@ def _cell(column: str, key: str, cell: str, line: int, folder: Path) -> object:
 def load_rows(data: str | os.PathLike, base: dict, labels: Sequence[str] = (), need_target: bool = True,
               fmt: str | None = None) -> tuple[list[str], list[Row], list]:
     """(header, rows, anomalies left out) of a calibrate CSV or of benchmark
-    output (nccl-tests, OSU: `sweep.measurements`, detected or `fmt`)."""
+    output (nccl-tests, OSU: `sweep.fit.measurements`, detected or `fmt`)."""
     fmt = fmt or detect(data)
     if fmt == "csv":
         header, rows = read_rows(data, base, need_target, labels)

@@ -33,7 +33,7 @@ FITTABLE: dict[str, tuple[str, str]] = {p.key: (p.name, p.fit) for p in PARAMETE
 KEY_OF_PARAM = {param: key for key, (param, _) in FITTABLE.items()}
 
 
-# A parameter whose key is unset takes the value of another (sweep.params.link_extension).
+# A parameter whose key is unset takes the value of another (sweep.engine.params.link_extension).
 FOLLOWS = {f"{t}_{field}": f"{t}_{source}" for t in LINK_TABLES
            for field, source in LINK_FALLBACK.items() if isinstance(source, str)}
 

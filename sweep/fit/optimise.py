@@ -35,7 +35,7 @@ from sweep.fit.model import FITTABLE, LINK_TABLES, SWITCHES, Group, Model, build
 from sweep.fit.uncertainty import gauss_newton_sigma, posterior_covariance
 
 @dataclasses.dataclass(frozen=True)
-class Options:
+class FitOptions:
     starts: int = 8
     steps: int = 1000  # Adam steps while annealing the smoothing
     polish: int = 500  # Adam steps with hard switches after the annealing
@@ -130,7 +130,7 @@ def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.n
 UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5}
 
 
-def starting_values(fitted: list[str], groups: list[Group], options: Options) -> np.ndarray:
+def starting_values(fitted: list[str], groups: list[Group], options: FitOptions) -> np.ndarray:
     """[starts, k] starting points in fit space (log or linear).
 
     The first start is the base scenario's value of each key, else its
@@ -210,7 +210,7 @@ def _ordered_product(axes: list[list[float]]) -> list[tuple]:
     return [tuple(a[i] for a, i in zip(axes, c)) for c in combos]
 
 
-def fit(rows: list[Row], fitted: list[str], base: dict, options: Options = Options()) -> FitResult:
+def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = FitOptions()) -> FitResult:
     """Fit `fitted` keys to every measured observation of `rows`."""
     with jax.enable_x64(True):
         groups, observations = build_groups(rows, fitted)

@@ -14,7 +14,7 @@ When FIT.toml comes from `calibrate` (its [fit] table holds the covariance
 of the fitted keys and the residual scale), every prediction also gets
 `predicted_<target>_low` and `predicted_<target>_high`: a 90 % prediction
 interval (`LEVEL`), from the parameters' uncertainty and the scatter the
-fit left unexplained (`sweep.calibrate.predict_rows`). `validate` measures
+fit left unexplained (`sweep.fit.uncertainty.predict_rows`). `validate` measures
 how often held-out measurements fall inside it.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Out-of-sample validation against naive baselines (`ssgd-sweep validate`).
 
     ssgd-sweep validate DATA.csv --fit KEY [--fit KEY ...] [--base SPEC.toml]
-        --split gpus|method|rows|size|KEY [--folds K] [--cut X] [--reference LABEL]
+        --split gpus|method|rows|size|KEY [--folds K] [--cut X] [--reference METHOD_COLUMN]
         [--min-gpus N] [--format csv|nccl-tests|nccl-tests-csv|osu] [-o OUT.csv] [--table OUT.md]
 
 DATA is a `calibrate` CSV (scenario-key columns, targets, `message_bytes`),
@@ -47,14 +47,14 @@ from sweep.fit import optimise
 from sweep.fit.calibrate import fit_document
 from sweep.fit.data import Row, TARGETS, load_rows, read_base
 from sweep.fit.model import expand_fit
-from sweep.fit.optimise import Options
+from sweep.fit.optimise import FitOptions
 from sweep.fit.uncertainty import predict_rows
 from sweep.scenario.schema import KEYS, canonical
 from sweep.errors import SpecError
 
 SPLITS = ("gpus", "method", "rows", "size")
 METHOD_KEYS = ("strategy", "algorithm", "ps.pipelined", "ps.servers", "bucket_bytes", "preset")
-LABEL = "method"
+METHOD_COLUMN = "method"
 LEVEL = 0.9
 
 
@@ -77,7 +77,7 @@ def workers(row: Row) -> int:
 
 
 def method_of(row: Row) -> str:
-    label = row.cells.get(LABEL, "").strip()
+    label = row.cells.get(METHOD_COLUMN, "").strip()
     if label:
         return label
     return ",".join(f"{k}={row.point[k]}" for k in METHOD_KEYS if k in row.point) or "(default)"
@@ -171,8 +171,10 @@ def naive(train: list[Row], row: Row, target: str) -> float:
     return value
 
 
-def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options: Options,
+def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options: FitOptions,
              label: str = "") -> FoldResult:
+    """Fit `fitted` on the fold's training rows, predict its held-out rows
+    and their naive baseline (`naive`): one FoldResult."""
     train = [rows[i] for i in fold.train]
     result = optimise.fit(train, fitted, base, options)
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
@@ -203,7 +205,7 @@ def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options
 
 def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, split: str = "rows",
              folds: int | None = None, cut: float | None = None, reference: str | None = None,
-             min_gpus: int | None = None, options: Options = Options(), log=None,
+             min_gpus: int | None = None, options: FitOptions = FitOptions(), log=None,
              fmt: str | None = None) -> list[FoldResult]:
     """Every fold's fit and held-out records."""
     fitted = expand_fit(fit_keys)
@@ -213,7 +215,7 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
             header = next(csv.reader(handle), [])
     except (OSError, UnicodeDecodeError):
         header = []  # read_rows says what is wrong
-    labels = (LABEL,) if LABEL in [h.strip() for h in header] else ()
+    labels = (METHOD_COLUMN,) if METHOD_COLUMN in [h.strip() for h in header] else ()
     _, rows, odd = load_rows(data, dict(base), labels=labels, fmt=fmt)
     if log and odd:
         log(f"left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
@@ -255,17 +257,13 @@ HEADER = ["fold", "held out", "in-sample median", "in-sample max", "model median
           "naive median", "naive max", f"{int(100 * LEVEL)} % interval coverage"]
 
 
-def markdown(results: list[FoldResult]) -> str:
-    from sweep.report.files import markdown_table
-
-    return markdown_table(HEADER, summary_rows(results))
-
-
 RECORD_COLUMNS = ("fold", "line", "method", "workers", "message_bytes", "target", "measured", "predicted",
                   "low", "high", "naive", "model_error", "naive_error", "inside")
 
 
 def records_csv(results: list[FoldResult]) -> str:
+    """One CSV line per held-out observation of every fold (RECORD_COLUMNS):
+    measured, predicted, interval and naive baseline."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(RECORD_COLUMNS)

@@ -1,9 +1,9 @@
 """Compile a model's DAG into the program the kernels run.
 
-`compile_model` builds the slotted DAG of `sweep.dag` for a model's layers
-and a `sweep.dag.Shape`, and lowers it (`sweep.lowering`): every
+`compile_model` builds the slotted DAG of `sweep.graph.dag` for a model's layers
+and a `sweep.graph.dag.Shape`, and lowers it (`sweep.graph.lowering`): every
 configuration of the model and shape shares the result, which is why a sweep
-groups its configurations by the structural keys (`sweep.plan`). The
+groups its configurations by the structural keys (`sweep.engine.plan`). The
 `CompiledDag` is a pytree without array leaves: its program is static, so
 jit specialises on it (one compile per model and shape) and the program's
 per-task constants are baked into the kernel.
@@ -18,6 +18,7 @@ import numpy as np
 
 from sweep.graph import zoo
 from sweep.graph.dag import Dag, Shape, build_dag
+from sweep.graph.layer_trace import file_digest, trace_times
 from sweep.graph.lowering import Lowered, lower
 
 
@@ -76,22 +77,22 @@ def compile_model(layer_params, forward_work, iterations: int, shape: Shape = Sh
 
 @functools.lru_cache(maxsize=64)
 def compile_zoo_model(name: str, seq_len: int | None, iterations: int, trace: str | None = None,
-                      shape: Shape = Shape()) -> CompiledDag:
+                      shape: Shape = Shape(), trace_digest: str | None = None) -> CompiledDag:
     """Compiled DAG of a zoo model, cached: every chunk of a sweep shares it.
     With `trace` (a `compute.trace` file) the compute tasks carry the
-    measured per-layer forward and backward seconds (`sweep.layer_trace`)."""
+    measured per-layer forward and backward seconds (`sweep.graph.layer_trace`);
+    `trace_digest` (its contents' sha256) only keys the cache, so an edited
+    trace compiles afresh."""
     model = zoo.get_model(name, seq_len)
     params = [l.params for l in model.layers]
     if trace is None:
         return compile_model(params, [l.forward_flops for l in model.layers], iterations, shape)
-    from sweep.graph.layer_trace import trace_times
-
     forward, backward = trace_times(trace, name, seq_len)
     return compile_model(params, forward, iterations, shape, backward, traced=True)
 
 
 def shape_of(structure: dict) -> Shape:
-    """The DAG shape of a group's structural keys (`sweep.schema.STRUCTURAL`)."""
+    """The DAG shape of a group's structural keys (`sweep.scenario.schema.STRUCTURAL`)."""
     return Shape(update=structure.get("update") or "barrier", pipelined=bool(structure.get("hierarchical.pipelined")),
                  zero=int(structure.get("zero") or 0), accumulation=int(structure.get("accumulation") or 1))
 
@@ -99,5 +100,15 @@ def shape_of(structure: dict) -> Shape:
 def compile_structure(structure: dict) -> CompiledDag:
     """The compiled DAG every configuration of a structural group shares:
     the one entry point for sweeps, fits and the bandwidth target."""
-    return compile_zoo_model(structure["model"], structure.get("seq_len"), structure["iterations"],
-                             structure.get("compute.trace"), shape_of(structure))
+    return compile_zoo_model(*_compile_arguments(structure))
+
+
+def compile_structure_uncached(structure: dict) -> CompiledDag:
+    """`compile_structure` built afresh (for timing what a new group costs)."""
+    return compile_zoo_model.__wrapped__(*_compile_arguments(structure))
+
+
+def _compile_arguments(structure: dict) -> tuple:
+    trace = structure.get("compute.trace")
+    return (structure["model"], structure.get("seq_len"), structure["iterations"], trace, shape_of(structure),
+            file_digest(trace) if trace is not None else None)

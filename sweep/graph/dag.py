@@ -1,7 +1,7 @@
 """The task graph of K unrolled S-SGD iterations (DESIGN 2.3, 2.5).
 
 This file is the model's schedule: every ordering rule of an iteration is an
-edge here, and nowhere else. `sweep.lowering` derives the program the kernels
+edge here, and nowhere else. `sweep.graph.lowering` derives the program the kernels
 run from these tasks and edges.
 
 A task has a `cost` (a row of the per-configuration cost table, see

@@ -100,13 +100,11 @@ def file_digest(path: str) -> str:
 
 
 def refresh(path: str) -> None:
-    """Forget cached times (and compiled DAGs) of a trace whose file changed since it was loaded."""
+    """Forget cached times of a trace whose file changed since it was loaded
+    (compiled DAGs are keyed by the trace's digest, `file_digest`)."""
     path = str(path)
     if path in DIGESTS and hashlib.sha256(_read(path)).hexdigest() != DIGESTS[path]:
-        from sweep.graph.compiler import compile_zoo_model
-
         trace_times.cache_clear()
-        compile_zoo_model.cache_clear()
 
 
 def _from_csv(path: str, text: str) -> LayerTrace:

@@ -41,7 +41,7 @@ class LoweringError(ValueError):
 class Segment:
     kind: str  # "chain" | "policy" | "follow"
     tasks: tuple[int, ...]  # task ids (of the DAG) in order
-    cost: str | None  # row of `sweep.dag.COSTS`; None: zero seconds
+    cost: str | None  # row of `sweep.graph.dag.COSTS`; None: zero seconds
     coef: np.ndarray  # [n] float64 units of the cost
     gates: tuple[int, ...] | None  # switch of the edge from the row before (row 0: unused); None: all ALWAYS
     inputs: tuple[tuple[tuple[int, int], ...], ...]  # per row: (program row of a source, switch)

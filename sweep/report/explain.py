@@ -2,7 +2,7 @@
 
 Every time comes from the same compiled program the sweep runs
 (`kernels.iteration.schedule`), evaluated in float64. The document lists the
-configuration's own DAG (`sweep.dag.concretize`: switches resolved, empty
+configuration's own DAG (`sweep.graph.dag.concretize`: switches resolved, empty
 slots, joins and exits removed) and its edges, resource order included, so
 an independent longest path over them reproduces every start and finish.
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,8 +41,6 @@ def require_data(study: str, path: str | os.PathLike) -> None:
     """Exit 2 with one line when a study's measurements are missing (they live
     in ../shared/data beside the repository, not in it)."""
     if not Path(path).is_file():
-        import sys
-
         print(f"{study}: error: data = {str(path)!r}: not found; the measurements live in ../shared/data "
               "beside the repository (see DESIGN.md, section 5)", file=sys.stderr)
         raise SystemExit(2)

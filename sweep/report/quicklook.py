@@ -22,7 +22,7 @@ import xarray as xr
 
 from sweep.report.files import FIGURE_SUFFIXES, pyplot, save_figure
 from sweep.atomic import check_output
-from sweep.errors import SpecError
+from sweep.errors import SpecError, closest
 
 MAX_TICKS = 12
 FACET_SIZE = 2.8  # inches per facet
@@ -58,7 +58,7 @@ def choose_variable(cube: xr.Dataset, var: str | None) -> str:
     numeric = [n for n, v in cube.data_vars.items() if np.issubdtype(v.dtype, np.number)]
     if var is not None:
         if var not in cube.data_vars:
-            raise SpecError("--var", var, f"not in the cube; choose from {', '.join(map(str, cube.data_vars))}")
+            raise SpecError("--var", var, f"not in the cube; {closest(var, cube.data_vars)}")
         if var not in numeric:
             raise SpecError("--var", var, f"is not numeric ({cube[var].dtype}); choose from {', '.join(numeric)}")
         return var

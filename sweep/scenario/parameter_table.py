@@ -1,8 +1,8 @@
 """Which kernel parameter each numeric scenario key is: one table.
 
-Sweeps resolve scenario values into these parameters (`sweep.params`),
-sensitivities differentiate by them (`sweep.sensitivity`) and `calibrate`
-fits them (`sweep.calibrate`); a new numeric key is declared here once.
+Sweeps resolve scenario values into these parameters (`sweep.engine.params`),
+sensitivities differentiate by them (`sweep.scenario.sensitivity`) and `calibrate`
+fits them (`sweep.fit.calibrate`); a new numeric key is declared here once.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Parameter:
 
 LINK_TABLES = ("intra", "inter")
 # The one table of keys that map one-to-one onto a kernel parameter
-# (`nodes` and `gpus_per_node` also set `workers`: `sweep.sensitivity`).
+# (`nodes` and `gpus_per_node` also set `workers`: `sweep.scenario.sensitivity`).
 PARAMETERS = (
     Parameter("batch_size", "batch_size", None), Parameter("grad_bytes", "grad_bytes", None),
     Parameter("bucket_bytes", "bucket_bytes", None), Parameter("ps.servers", "servers", None),

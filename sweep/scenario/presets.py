@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
+# What a configuration without `strategy`, `algorithm` or a preset runs.
+DEFAULT_STRATEGY = "wfbp"
+DEFAULT_ALGORITHM = "ring"
+
 
 @dataclasses.dataclass(frozen=True)
 class Preset:

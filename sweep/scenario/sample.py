@@ -21,8 +21,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from sweep.scenario.schema import KEYS, STRUCTURAL, canonical, check_value
-from sweep.errors import SpecError
+from sweep.scenario.schema import KEYS, KEYS_HELP, STRUCTURAL, canonical, check_value
+from sweep.errors import SpecError, closest
 
 METHODS = ("random", "sobol")
 SCALES = ("linear", "log")
@@ -95,7 +95,7 @@ def parse_sample(table: Mapping, taken: set[str]) -> Sample:
         raise SpecError("sample.n", n, f"must be an integer from 1 to {MAX_SAMPLES:.0e}")
     method = table.get("method", "random")
     if method not in METHODS:
-        raise SpecError("sample.method", method, f"choose from {', '.join(METHODS)}")
+        raise SpecError("sample.method", method, closest(method, METHODS))
     if method == "sobol" and n > MAX_SOBOL:
         raise SpecError("sample.n", n, f"a Sobol sample draws at most 2**30 = {MAX_SOBOL:,} configurations; "
                                        'use method = "random" or a smaller n')
@@ -106,7 +106,7 @@ def parse_sample(table: Mapping, taken: set[str]) -> Sample:
     for written, value in _ranges(table):
         key = canonical(written)
         if key not in KEYS:
-            raise SpecError(f"sample.{written}", value, "unknown key")
+            raise SpecError(f"sample.{written}", value, f"unknown key; {closest(written, sorted(KEYS), KEYS_HELP)}")
         if key in STRUCTURAL:
             raise SpecError(f"sample.{written}", value, "cannot be sampled; sweep it with a list outside [sample]")
         if key in taken:
@@ -152,7 +152,7 @@ def _dimension(written: str, key: str, value) -> Dimension:
         raise SpecError(where, value, "min must be below max")
     scale = value.get("scale", "linear")
     if scale not in SCALES:
-        raise SpecError(f"{where}.scale", scale, f"choose from {', '.join(SCALES)}")
+        raise SpecError(f"{where}.scale", scale, closest(scale, SCALES))
     if scale == "log" and low <= 0:
         raise SpecError(f"{where}.min", low, "a log scale needs min > 0")
     return Dimension(written, key, float(low), float(high), scale)

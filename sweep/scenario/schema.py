@@ -15,7 +15,9 @@ from sweep.scenario import catalog
 from sweep.scenario import presets
 from sweep.graph import zoo
 from sweep.graph.dag import UPDATES
-from sweep.errors import SpecError
+from sweep.errors import SpecError, closest
+
+KEYS_HELP = "README 'Scenario files' for every key"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +156,7 @@ def check_value(written: str, value: object) -> object:
     """The validated value of one scalar for key `written` (as the user wrote it)."""
     key = KEYS.get(canonical(written))
     if key is None:
-        raise SpecError(written, value, f"unknown key; known keys: {', '.join(sorted(KEYS))}")
+        raise SpecError(written, value, f"unknown key; {closest(written, sorted(KEYS), KEYS_HELP)}")
     if key.kind is bool:
         if not isinstance(value, bool):
             raise SpecError(written, value, "must be true or false")
@@ -164,7 +166,8 @@ def check_value(written: str, value: object) -> object:
             raise SpecError(written, value, "must be a string")
         valid = key.choices() if key.choices else None
         if valid is not None and value not in valid:
-            raise SpecError(written, value, f"unknown {key.long_name}; choose from {', '.join(valid)}")
+            raise SpecError(written, value, f"unknown {key.long_name}; "
+                                            f"{closest(value, valid, 'ssgd-sweep models' if key.name == 'model' else '')}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(written, value, f"must be a number ({key.kind.__name__})")

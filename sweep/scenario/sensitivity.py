@@ -10,8 +10,8 @@ Integer keys are differentiated as if continuous.
 from __future__ import annotations
 
 from sweep.scenario.parameter_table import PARAMETER_OF_KEY
-from sweep.scenario.schema import KEYS
-from sweep.errors import SpecError
+from sweep.scenario.schema import KEYS, KEYS_HELP
+from sweep.errors import SpecError, closest
 
 PREFIX = "d_iteration_time/d_"
 
@@ -45,7 +45,7 @@ def check_sensitivity(name: str) -> str:
     spec_key = KEYS.get(key)
     if spec_key is None or spec_key.kind not in (int, float):
         numeric = sorted(k for k, v in KEYS.items() if v.kind in (int, float))
-        raise SpecError("outputs", name, f"not a numeric key to differentiate by; choose from {', '.join(numeric)}")
+        raise SpecError("outputs", name, f"not a numeric key to differentiate by; {closest(key, numeric, KEYS_HELP)}")
     try:
         tangent_rule(key, False)
     except KeyError:

@@ -17,10 +17,12 @@ import tomli_w
 
 from kernels.outputs import OUTPUTS
 from sweep.graph import zoo
+from sweep.graph.layer_trace import refresh, trace_times
+from sweep.scenario.presets import DEFAULT_ALGORITHM, DEFAULT_STRATEGY, PRESETS
 from sweep.scenario.sample import Sample, parse_sample
 from sweep.scenario.sensitivity import check_sensitivity, is_sensitivity
 from sweep.scenario.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, canonical, check_value
-from sweep.errors import SpecError
+from sweep.errors import SpecError, closest
 
 # Top-level keys that are not model parameters.
 CONTROL_KEYS = ("outputs",)
@@ -165,8 +167,6 @@ def _check_traces(spec: Spec) -> None:
     traces = [t for t in spec.values("compute.trace") if t is not None]
     if not traces:
         return
-    from sweep.graph.layer_trace import refresh, trace_times
-
     for trace in traces:
         refresh(trace)  # a file edited since it was loaded in this process is read again
         for model in spec.values("model"):
@@ -250,8 +250,8 @@ def _check_outputs(value) -> tuple[str, ...]:
         if is_sensitivity(name):
             check_sensitivity(name)
         elif name not in OUTPUTS:
-            raise SpecError("outputs", name, f"unknown output; choose from {', '.join(OUTPUTS)} "
-                            "or d_iteration_time/d_<key>")
+            raise SpecError("outputs", name, f"unknown output; {closest(name, OUTPUTS)} "
+                            "(or d_iteration_time/d_<key>)")
     return tuple(dict.fromkeys(value))
 
 
@@ -298,9 +298,6 @@ def possible_values(spec: Spec, key: str) -> set[str]:
     can take (explicit, or from their presets, or the default). Decided per
     scenario, not per chunk, so a configuration's result never depends on
     how the sweep is chunked."""
-    from sweep.engine.params import DEFAULT_ALGORITHM, DEFAULT_STRATEGY
-    from sweep.scenario.presets import PRESETS
-
     if spec.given(key):
         return set(spec.values(key))
     if spec.given("preset"):

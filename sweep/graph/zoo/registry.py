@@ -8,6 +8,7 @@ from typing import Callable
 
 from . import alexnet, bert, googlenet, gpt2, inception, resnet, vgg
 from .model import Model
+from sweep.errors import closest
 
 
 class UnknownModelError(ValueError):
@@ -46,7 +47,7 @@ _DEFAULT_SEQ_LEN = {
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or name not in _BUILDERS:
         raise UnknownModelError(
-            f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
+            f"unknown model {name!r}; {closest(name, MODEL_NAMES, 'ssgd-sweep models')}")
 
 
 def default_seq_len(name: str) -> int | None:
