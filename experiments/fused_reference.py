@@ -106,7 +106,7 @@ def generate_source(dag: Dag) -> str:
 
 def compile_reference(dag: Dag):
     """The compiled numba function for `dag` (numba is a benchmark-only dependency)."""
-    import numba
+    import numba  # benchmark-only: the package does not depend on it
 
     namespace = {"prange": numba.prange}
     exec(compile(generate_source(dag), "<fused-reference>", "exec"), namespace)

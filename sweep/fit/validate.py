@@ -218,7 +218,7 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
     labels = (METHOD_COLUMN,) if METHOD_COLUMN in [h.strip() for h in header] else ()
     _, rows, odd = load_rows(data, dict(base), labels=labels, fmt=fmt)
     if log and odd:
-        log(f"left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
+        log("left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
     out = []
     for fold in make_folds(rows, split, folds, cut, reference, min_gpus, options.seed):
         if log:

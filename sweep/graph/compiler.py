@@ -43,27 +43,6 @@ class CompiledDag:
         return self.lowered.mode
 
 
-def topological_order(dag: Dag) -> list[int]:
-    """Kahn's algorithm; raises ValueError on a cycle."""
-    indegree = [0] * len(dag.tasks)
-    succs: list[list[int]] = [[] for _ in dag.tasks]
-    for src, dst, _ in dag.edges:
-        indegree[dst] += 1
-        succs[src].append(dst)
-    ready = [t for t, d in enumerate(indegree) if d == 0]
-    order = []
-    while ready:
-        t = ready.pop()
-        order.append(t)
-        for s in succs[t]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                ready.append(s)
-    if len(order) != len(dag.tasks):
-        raise ValueError("the task graph has a cycle")
-    return order
-
-
 def compile_model(layer_params, forward_work, iterations: int, shape: Shape = Shape(),
                   backward_work=None, traced: bool = False) -> CompiledDag:
     """Build and lower the DAG of a model (per-layer parameters and work)."""

@@ -80,10 +80,6 @@ class Lowered:
     free_by_compute: bool  # with free communication the body's exit is its compute chain's sum
     compute_units: dict  # cost -> units per iteration, for compute_time
 
-    def task_rows(self):
-        """Program row of every DAG task and the iteration shift to add (contracted)."""
-        return self.program.tasks
-
 
 def lower(dag: Dag) -> Lowered:
     """The fastest exact program for `dag`."""

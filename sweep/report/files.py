@@ -19,7 +19,9 @@ DPI = 100
 
 
 def pyplot():
-    """matplotlib.pyplot on the Agg backend: files only, no screen needed."""
+    """matplotlib.pyplot on the Agg backend: files only, no screen needed.
+    Imported here, not at the top: the backend must be chosen before pyplot
+    is first imported."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from matplotlib.colors import ListedColormap, LogNorm
 
 from sweep.report.files import FIGURE_SUFFIXES, pyplot, save_figure
 from sweep.atomic import check_output
@@ -180,12 +181,8 @@ def _heatmap(plt, data: xr.DataArray, dims: list[str], title: str):
     flags = _flags(data)
     finite = data.values[np.isfinite(data.values)] if np.issubdtype(data.dtype, np.floating) else data.values
     if not flags and finite.size and finite.min() > 0 and finite.max() / finite.min() >= 100:
-        from matplotlib.colors import LogNorm
-
         kwargs["norm"] = LogNorm(vmin=finite.min(), vmax=finite.max())  # values spanning decades
     if flags:
-        from matplotlib.colors import ListedColormap
-
         kwargs.update(cmap=ListedColormap(plt.get_cmap("tab10").colors[:len(flags)]),
                       vmin=-0.5, vmax=len(flags) - 0.5)
     if col is None:

@@ -68,7 +68,7 @@ class Sample:
         """Uniform draws [stop - start, d] for configurations start..stop-1."""
         d = len(self.dimensions)
         if self.method == "sobol":
-            from scipy.stats import qmc
+            from scipy.stats import qmc  # here: every scenario read would pay scipy.stats' import (0.8 s)
 
             engine = qmc.Sobol(d, scramble=True, seed=self.seed)
             if start:

@@ -6,10 +6,8 @@ GELU MLP, residual + LayerNorm. Names follow Hugging Face's module paths.
 
 from __future__ import annotations
 
-import dataclasses
-
 from . import layers as L
-from .builder import LayerRecorder
+from .builder import LayerRecorder, TransformerConfig
 
 VOCAB_SIZE = 30522
 MAX_POSITIONS = 512
@@ -18,23 +16,13 @@ INPUT_TENSORS = 3  # input_ids, attention_mask, token_type_ids, each int64
 DEFAULT_SEQ_LEN = 128
 
 
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
-    hidden: int
-    num_layers: int
-
-    @property
-    def intermediate(self) -> int:
-        return 4 * self.hidden
-
-
 CONFIGS = {
-    "bert_base": BertConfig(hidden=768, num_layers=12),
-    "bert_large": BertConfig(hidden=1024, num_layers=24),
+    "bert_base": TransformerConfig(hidden=768, num_layers=12),
+    "bert_large": TransformerConfig(hidden=1024, num_layers=24),
 }
 
 
-def bert(cfg: BertConfig, seq_len: int) -> LayerRecorder:
+def bert(cfg: TransformerConfig, seq_len: int) -> LayerRecorder:
     r = LayerRecorder()
     h, s = cfg.hidden, seq_len
     r.add(L.embedding("embeddings.word_embeddings", VOCAB_SIZE, h))

@@ -6,9 +6,23 @@ appends the layer and returns the output shape for the next call.
 
 from __future__ import annotations
 
+import dataclasses
+
 from . import layers as L
 from .layers import FeatureMap, Size2
 from .model import Layer, Model
+
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Width and depth of a BERT or GPT-2 stack (both have 4x wide MLPs)."""
+    hidden: int
+    num_layers: int
+
+    @property
+    def intermediate(self) -> int:
+        return 4 * self.hidden
 
 
 class LayerRecorder:

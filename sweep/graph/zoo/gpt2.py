@@ -14,10 +14,8 @@ only once the embedding's backward has run.
 
 from __future__ import annotations
 
-import dataclasses
-
 from . import layers as L
-from .builder import LayerRecorder
+from .builder import LayerRecorder, TransformerConfig
 from .model import Layer
 
 VOCAB_SIZE = 50257
@@ -26,25 +24,15 @@ INPUT_TENSORS = 1  # input_ids only (int64)
 DEFAULT_SEQ_LEN = MAX_POSITIONS
 
 
-@dataclasses.dataclass(frozen=True)
-class GPT2Config:
-    hidden: int
-    num_layers: int
-
-    @property
-    def intermediate(self) -> int:
-        return 4 * self.hidden
-
-
 CONFIGS = {
-    "gpt2": GPT2Config(hidden=768, num_layers=12),
-    "gpt2_medium": GPT2Config(hidden=1024, num_layers=24),
-    "gpt2_large": GPT2Config(hidden=1280, num_layers=36),
-    "gpt2_xl": GPT2Config(hidden=1600, num_layers=48),
+    "gpt2": TransformerConfig(hidden=768, num_layers=12),
+    "gpt2_medium": TransformerConfig(hidden=1024, num_layers=24),
+    "gpt2_large": TransformerConfig(hidden=1280, num_layers=36),
+    "gpt2_xl": TransformerConfig(hidden=1600, num_layers=48),
 }
 
 
-def gpt2(cfg: GPT2Config, seq_len: int) -> LayerRecorder:
+def gpt2(cfg: TransformerConfig, seq_len: int) -> LayerRecorder:
     r = LayerRecorder()
     h, s = cfg.hidden, seq_len
     r.add(L.embedding("wte", VOCAB_SIZE, h))
