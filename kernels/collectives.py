@@ -64,6 +64,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from kernels.broadcast import lead
 from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
 
 # What an unset extension field of a link is (one table for the kernels,
@@ -139,10 +140,12 @@ def wire_lower_bound(p, message_bytes):
     multi = p["nodes"] > 1
     algorithm = p["algorithm"]
     two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
-    sequential = (algorithm == HIERARCHICAL) | ((algorithm == PS) & ~(p.get("ps_pipelined", 0.0) > 0))
+    pipelined = jnp.asarray(p.get("ps_pipelined", 0.0)) > 0  # an array: ~ is a logical not
+    sequential = (algorithm == HIERARCHICAL) | ((algorithm == PS) & ~pipelined)
     several = jnp.where(sequential, intra + inter, jnp.where(two_level, jnp.maximum(intra, inter), inter))
     per_byte = jnp.where(multi, several, intra)
-    return jnp.where(p["workers"] > 1, per_byte * message_bytes, 0.0)
+    nd = jnp.ndim(message_bytes)  # the [C] bound gains the leading axes of e.g. [M, C] bytes
+    return jnp.where(lead(p["workers"] > 1, nd), lead(per_byte, nd) * message_bytes, 0.0)
 
 
 def _select(cond, a: dict, b: dict) -> dict:
@@ -336,18 +339,22 @@ def piecewise_time(message_bytes, latency, per_byte, steps: Steps | None = None,
     sigmoid(ln(M / break) / width), instead of at the break: for fitting
     (a width of 0 is the hard step again).
     """
-    time = latency + per_byte * message_bytes
+    nd = jnp.ndim(message_bytes)  # the [C] costs gain the leading axes of e.g. [S, C] bytes
+    time = lead(latency, nd) + lead(per_byte, nd) * message_bytes
     if steps is None:
         return time
+    if width is not None:
+        width = lead(width, nd)
     for k in range(steps.breaks.shape[0]):
-        extra = steps.latency[k] + steps.per_byte[k] * message_bytes
-        above = message_bytes > steps.breaks[k]
+        extra = lead(steps.latency[k], nd) + lead(steps.per_byte[k], nd) * message_bytes
+        brk = lead(steps.breaks[k], nd)
+        above = message_bytes > brk
         if width is None:
             time = time + jnp.where(above, extra, 0.0)
         else:
             safe = jnp.maximum(message_bytes, 1.0)
-            smooth = jax.nn.sigmoid((jnp.log(safe) - jnp.log(steps.breaks[k])) / jnp.where(width > 0, width, 1.0))
-            time = time + extra * jnp.where(width > 0, smooth, above)
+            smooth = jax.nn.sigmoid((jnp.log(safe) - jnp.log(brk)) / jnp.where(width > 0, width, 1.0))
+            time = time + extra * jnp.where(width > 0, smooth, above.astype(smooth.dtype))
     return time
 
 

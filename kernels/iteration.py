@@ -195,7 +195,7 @@ def lowered_schedule(lowered, ctx: Context):
     for k in range(lowered.iterations):
         shift = k * lowered.body_offset
         io_id, h2d_id = lowered.inputs[k]
-        finishes += [reader[k][None], (reader[k] + h2d)[None], start[k] + body_finish]
+        finishes += [reader[k][None], (reader[k] + h2d)[None], start[k][None] + body_finish]
         durations += [jnp.broadcast_to(io, reader[k].shape)[None], jnp.broadcast_to(h2d, reader[k].shape)[None],
                       body_durations]
         order += [io_id, h2d_id, *(t + shift for t in program.tasks)]

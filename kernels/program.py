@@ -25,12 +25,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.broadcast import lead
 from kernels.channel import policy_channel
 from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
 from kernels.smooth import maximum
 from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
 
 NEG = -jnp.inf
+
+
+def _row(x):
+    """A per-configuration value [C] as a row [1, C] of an [n, C] array (a scalar stays one)."""
+    return lead(x, 2)
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -59,10 +65,12 @@ class Lazy:
     scale: Any  # [C] seconds per unit
 
     def rows(self, idx):
-        return self.base + self.prefix[np.asarray(idx)][:, None] * self.scale
+        # The per-task constants in the dtype of the per-configuration values.
+        prefix = jnp.asarray(self.prefix[np.asarray(idx)][:, None], jnp.result_type(self.base, self.scale))
+        return _row(self.base) + prefix * _row(self.scale)
 
     def last(self):
-        return self.base + self.prefix[-1] * self.scale
+        return self.base + float(self.prefix[-1]) * self.scale
 
     def dense(self):
         return self.rows(np.arange(len(self.prefix)))
@@ -265,18 +273,19 @@ def _row0_input(program, seg, values, sent, ctx):
 
 def _durations(seg, ctx, sent, program):
     """[n, C] (or [n, 1]) seconds of each task of a non-policy segment."""
-    coef = seg.coef[:, None]
+    dtype = ctx.grad_bytes.dtype  # of the per-task constants, as of the per-configuration values
+    coef = jnp.asarray(seg.coef[:, None], dtype)
     if seg.cost is None:
-        return jnp.zeros((len(seg), 1))
+        return jnp.zeros((len(seg), 1), dtype)
     if seg.cost not in COMM_COSTS:
-        return coef * ctx.compute[seg.cost]
+        return coef * _row(ctx.compute[seg.cost])
     if ctx.free:
-        return jnp.zeros((len(seg), 1))
+        return jnp.zeros((len(seg), 1), dtype)
     cost = ctx.comm[seg.cost]
     if seg.kind == "follow":
         nbytes = jnp.stack([sent[r] for r in seg.refs])
     else:
-        nbytes = coef * ctx.grad_bytes
+        nbytes = coef * _row(ctx.grad_bytes)
     return allreduce_time(nbytes, *cost, width=ctx.width)
 
 
@@ -286,7 +295,8 @@ def _chain(program, seg, values, sent, ctx, needed, want_all):
     if linear and seg.gates is None and not any(seg.inputs[1:]):
         scale = 0.0 if seg.cost is None else ctx.compute[seg.cost]
         value = Lazy(_row0_input(program, seg, values, sent, ctx), np.cumsum(seg.coef), scale)
-        return value, None, (seg.coef[:, None] * scale if want_all else None)
+        d = jnp.asarray(seg.coef[:, None], ctx.grad_bytes.dtype) * _row(scale) if want_all else None
+        return value, None, d
     d = _durations(seg, ctx, sent, program)
     d, r = jnp.broadcast_arrays(d, _ready_or_start(program, seg, values, sent, ctx, d.dtype))
     temperature = ctx.temperature
@@ -296,7 +306,8 @@ def _chain(program, seg, values, sent, ctx, needed, want_all):
         if temperature is None:
             running = jax.lax.cummax(lead, axis=0)
         else:
-            running = temperature * jax.lax.cumlogsumexp(lead / temperature, axis=0)
+            t = _row(temperature)
+            running = t * jax.lax.cumlogsumexp(lead / t, axis=0)
         finish = total + running
     else:
         enabled = jnp.stack([jnp.broadcast_to(_gate(gate, 0.0, ctx, sent), d.shape[1:]) if i else
@@ -336,17 +347,18 @@ def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
     want_sent = want_all or any(r in refs for r in rows)
     want_slots = want_all or bool(needed - {n - 1})
     cost = _zero_cost(ctx.grad_bytes) if ctx.free else ctx.comm[seg.cost]
+    dtype = ctx.grad_bytes.dtype  # of the per-slot constants, as of the per-configuration values
     source = _lazy_source(program, seg, values)
     if source is not None:
         lazy, src_rows = source
-        base, ready, ready_scale = lazy.base, lazy.prefix[src_rows][:, None], lazy.scale
+        base, ready, ready_scale = lazy.base, jnp.asarray(lazy.prefix[src_rows][:, None], dtype), lazy.scale
     else:
-        base, ready, ready_scale = 0.0, _ready_or_start(program, seg, values, sent, ctx, ctx.grad_bytes.dtype), 1.0
+        base, ready, ready_scale = 0.0, _ready_or_start(program, seg, values, sent, ctx, dtype), 1.0
     finish, seg_sent, last, busy = policy_channel(
-        ctx.strategy, ctx.threshold, seg.coef[:, None], ready, cost, ready_scale=ready_scale,
+        ctx.strategy, ctx.threshold, jnp.asarray(seg.coef[:, None], dtype), ready, cost, ready_scale=ready_scale,
         bytes_scale=ctx.grad_bytes, want_slots=want_slots, want_sent=want_sent,
         temperature=ctx.temperature, width=ctx.width, fixed_buckets=ctx.fixed_buckets)
-    value = Dense(finish + base) if want_slots else Tail(last + base, n)
+    value = Dense(finish + _row(base)) if want_slots else Tail(last + base, n)
     out_sent = {} if seg_sent is None else {r: seg_sent[i] for i, r in enumerate(rows)}
     d = None
     if want_all:
@@ -407,7 +419,7 @@ def _scan(program, seg, values, sent, ctx, want_all):
         ready = regs[pred]  # [P, C]
         start = maximum(table[ei], ready[0] if ready.shape[0] == 1 else
                         (jnp.max(ready, axis=0) if temperature is None else
-                         temperature * jax.scipy.special.logsumexp(ready / temperature, axis=0)), temperature)
+                         temperature * jax.scipy.special.logsumexp(ready / _row(temperature), axis=0)), temperature)
         d = duration(ci, coef)
         finish = start + d
         regs = regs.at[dst].set(finish)

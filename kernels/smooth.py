@@ -12,20 +12,14 @@ to it as the temperature T [s] goes to 0.
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.scipy.special import logsumexp
+
+from kernels.broadcast import lead
 
 
 def maximum(a, b, temperature=None):
     """max(a, b), or its smooth version at `temperature` (broadcasts)."""
     if temperature is None:
         return jnp.maximum(a, b)
-    return temperature * jnp.logaddexp(a / temperature, b / temperature)
+    t = lead(temperature, max(jnp.ndim(a), jnp.ndim(b)))  # [C] against e.g. [n, C]
+    return t * jnp.logaddexp(a / t, b / t)
 
-
-def max_along(x, axis, temperature=None):
-    """max over `axis`, or T * logsumexp(x / T) over it (T broadcasts
-    against x from the right, e.g. [C] with configurations on the last axis
-    and `axis` another one)."""
-    if temperature is None:
-        return jnp.max(x, axis=axis)
-    return temperature * logsumexp(x / temperature, axis=axis)

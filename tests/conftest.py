@@ -1,6 +1,14 @@
 import textwrap
 
+import jax
 import pytest
+
+# Strict promotion, as diffrax's tests do: a silent float64 promotion (a
+# float32 kernel meeting a float64 or int array) or an unintended broadcast
+# between arrays of different rank becomes a test failure instead of a
+# quietly different result.
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
 
 from sweep.cli import main
 

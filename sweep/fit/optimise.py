@@ -257,7 +257,10 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
                 temperature, width = xs
                 value, grad = jax.value_and_grad(loss)(theta, temperature, width)
                 grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
-                updates, state = optimizer.update(grad, state, theta)
+                # optax's own arithmetic mixes its int32 step count with Python floats
+                # (Adam's bias correction 1 - decay**count): not ours to make explicit.
+                with jax.numpy_dtype_promotion("standard"):
+                    updates, state = optimizer.update(grad, state, theta)
                 # Projected Adam: the physical bounds hold at every step.
                 return (jnp.clip(optax.apply_updates(theta, updates), lo, hi), state), value
 
