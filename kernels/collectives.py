@@ -66,6 +66,7 @@ import jax.numpy as jnp
 
 from kernels.broadcast import lead
 from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
+from kernels.parameters import Params
 
 # What an unset extension field of a link is (one table for the kernels,
 # `sweep.engine.params` and `sweep.fit.calibrate`): a number, or the name of the field
@@ -98,7 +99,12 @@ class CollectiveCost(NamedTuple):
     steps: Steps | None  # None: affine
 
 
-def link(p, table: str) -> dict:
+def _or(value, default):
+    """An optional parameter's value, or `default` when it is not set."""
+    return default if value is None else value
+
+
+def link(p: Params, table: str) -> dict:
     """The fields of one link (`intra` or `inter`) from the parameter dict,
     missing extension fields by `LINK_FALLBACK`."""
     out = {"alpha": p[f"{table}_alpha"], "bandwidth": p[f"{table}_bandwidth"]}
@@ -110,9 +116,9 @@ def link(p, table: str) -> dict:
 
 def line_rates(p):
     """(intra, inter) line rates from `p`, or None when `p` has none."""
-    if "intra_line_rate" not in p and "inter_line_rate" not in p:
+    if p.intra_line_rate is None and p.inter_line_rate is None:
         return None
-    return (p.get("intra_line_rate", jnp.inf), p.get("inter_line_rate", jnp.inf))
+    return (_or(p.intra_line_rate, jnp.inf), _or(p.inter_line_rate, jnp.inf))
 
 
 def wire_floors(p):
@@ -122,11 +128,11 @@ def wire_floors(p):
     rates = line_rates(p)
     if rates is None:
         return None
-    n, g = p["nodes"], p["gpus_per_node"]
+    n, g = p.nodes, p.gpus_per_node
     intra = 2.0 * (g - 1) / g / rates[0]
     all_reduce = 2.0 * (n - 1) / n / rates[1]
-    ps = jnp.maximum(1.0, n / p["servers"]) / rates[1]
-    inter = jnp.where(p["algorithm"] == PS, ps, all_reduce)
+    ps = jnp.maximum(1.0, n / p.servers) / rates[1]
+    inter = jnp.where(p.algorithm == PS, ps, all_reduce)
     return intra, jnp.where(n > 1, inter, 0.0)
 
 
@@ -136,16 +142,17 @@ def wire_lower_bound(p, message_bytes):
     several the inter share (the NICs), plus the intra share for
     hierarchical and unpipelined ps, which run their phases in turn, or the
     larger of the two for pipelined ps."""
+    p = Params.of(p)
     intra, inter = wire_floors(p)
-    multi = p["nodes"] > 1
-    algorithm = p["algorithm"]
+    multi = p.nodes > 1
+    algorithm = p.algorithm
     two_level = (algorithm == HIERARCHICAL) | (algorithm == PS)
-    pipelined = jnp.asarray(p.get("ps_pipelined", 0.0)) > 0  # an array: ~ is a logical not
+    pipelined = jnp.asarray(_or(p.ps_pipelined, 0.0)) > 0  # an array: ~ is a logical not
     sequential = (algorithm == HIERARCHICAL) | ((algorithm == PS) & ~pipelined)
     several = jnp.where(sequential, intra + inter, jnp.where(two_level, jnp.maximum(intra, inter), inter))
     per_byte = jnp.where(multi, several, intra)
     nd = jnp.ndim(message_bytes)  # the [C] bound gains the leading axes of e.g. [M, C] bytes
-    return jnp.where(lead(p["workers"] > 1, nd), lead(per_byte, nd) * message_bytes, 0.0)
+    return jnp.where(lead(p.workers > 1, nd), lead(per_byte, nd) * message_bytes, 0.0)
 
 
 def _select(cond, a: dict, b: dict) -> dict:
@@ -205,12 +212,12 @@ def _two_phases(p):
     algorithm, or the intra phase of hierarchical and ps; B the inter phase
     of hierarchical (ring on M/g) and ps (push/pull to S servers), zero for
     flat algorithms. A phase is (latency, per_byte, ((break, latency, per_byte) x 2))."""
-    n, g, workers, log2p = p["nodes"], p["gpus_per_node"], p["workers"], p["log2_workers"]
+    n, g, workers, log2p = p.nodes, p.gpus_per_node, p.workers, p.log2_workers
     intra, inter = link(p, "intra"), link(p, "inter")
     multi_node = n > 1
     flat_link = _select(multi_node, inter, intra)
     share = (workers - 1) / workers
-    algorithm = p["algorithm"]
+    algorithm = p.algorithm
     one = jnp.ones_like(workers)
 
     flat_steps = jnp.where(algorithm == RING, 2 * (workers - 1), 2 * log2p)
@@ -226,24 +233,24 @@ def _two_phases(p):
                jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
     is_ps = algorithm == PS
     b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
-               jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p["servers"]), 2 * (n - 1) / n),
-               jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p["servers"], n), floor_b)
+               jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p.servers), 2 * (n - 1) / n),
+               jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p.servers, n), floor_b)
     on_b = jnp.where(two_level, 1.0, 0.0)
     b = (on_b * b[0], on_b * b[1], tuple((brk, on_b * lat, on_b * byte) for brk, lat, byte in b[2]))
     overhead = 0.0
-    if "inter_overhead" in p or "intra_overhead" in p:
-        overhead = jnp.where(multi_node, p.get("inter_overhead", 0.0), p.get("intra_overhead", 0.0))
+    if p.inter_overhead is not None or p.intra_overhead is not None:
+        overhead = jnp.where(multi_node, _or(p.inter_overhead, 0.0), _or(p.intra_overhead, 0.0))
     return a, b, overhead
 
 
 def _has_extensions(p) -> bool:
-    return any(f"{table}_{name}" in p for table in ("intra", "inter") for name in LINK_FIELDS[2:])
+    return any(p.get(f"{table}_{name}") is not None for table in ("intra", "inter") for name in LINK_FIELDS[2:])
 
 
 def _finish(p, latency, per_byte, breaks, step_lat, step_byte) -> CollectiveCost:
     """Zero on one worker; affine (no steps) with plain alpha-beta links,
     whose steps are all zero."""
-    single = p["workers"] <= 1
+    single = p.workers <= 1
 
     def zero(x):
         return jnp.where(single, 0.0, x)
@@ -261,14 +268,15 @@ def collective_cost(p, phases=None) -> CollectiveCost:
     """The piecewise cost of one all-reduce for every configuration; affine
     (no `steps`) when `p` holds none of the links' extension fields.
     `phases`: `_two_phases(p)` when the caller has it already."""
+    p = Params.of(p)
     a, b, overhead = _two_phases(p) if phases is None else phases
     latency = a[0] + b[0] + overhead
     per_byte = a[1] + b[1]
     breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
     step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]
     step_byte = [a[2][0][2], a[2][1][2], b[2][0][2], b[2][1][2]]
-    if "ps_pipelined" in p:  # BytePS-style: partitions stream through both phases
-        pipelined = (p["algorithm"] == PS) & (p["ps_pipelined"] > 0)
+    if p.ps_pipelined is not None:  # BytePS-style: partitions stream through both phases
+        pipelined = (p.algorithm == PS) & (p.ps_pipelined > 0)
         lat_p, byte_p, steps_p = _pipelined(a, b)
         latency = jnp.where(pipelined, lat_p + overhead, latency)
         per_byte = jnp.where(pipelined, byte_p, per_byte)
@@ -292,6 +300,7 @@ def stage_costs(p) -> dict:
     chosen algorithm); and the three pipelined stages of hierarchical
     all-reduce: intra reduce-scatter and all-gather (halves of phase A) and
     the inter all-reduce (phase B), which carries the per-call overhead."""
+    p = Params.of(p)
     def phase(which: str) -> CollectiveCost:
         a, b, overhead = costs["phases"]
         ph, extra = (a, 0.0) if which == "a" else (b, overhead)
@@ -327,6 +336,7 @@ class _Lazy(dict):
 def allreduce_cost(p):
     """(latency [C], per_byte [C]): the affine cost below every protocol
     switch, which is the whole cost with the default (alpha-beta) links."""
+    p = Params.of(p)
     cost = collective_cost(p)
     return cost.latency, cost.per_byte
 

@@ -17,12 +17,12 @@ def compute_scales(total_flops, total_params, p):
     With a measured single-GPU throughput (> 0), all three are scaled so that
     one GPU computes B samples in exactly B / measured_throughput seconds.
     """
-    batch = p["batch_size"]
-    forward = batch / (p["peak_flops"] * efficiency(batch, p["efficiency"], p["b_half"]))
-    backward = forward * p["bwd_ratio"]
-    update = p["update_bytes_per_param"] * total_params / p["memory_bandwidth"]
+    batch = p.batch_size
+    forward = batch / (p.peak_flops * efficiency(batch, p.efficiency, p.b_half))
+    backward = forward * p.bwd_ratio
+    update = p.update_bytes_per_param * total_params / p.memory_bandwidth
 
-    measured = p["measured_throughput"]
+    measured = p.measured_throughput
     modelled = total_flops * (forward + backward) + update
     scale = jnp.where(measured > 0, batch / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
     return forward * scale, backward * scale, update * scale
@@ -41,15 +41,15 @@ def compute_profile(forward_total, backward_total, total_params, traced: bool, p
     """
     if not traced:
         return compute_scales(forward_total, total_params, p)
-    update = p["update_bytes_per_param"] * total_params / p["memory_bandwidth"]
-    measured = p["measured_throughput"]
+    update = p.update_bytes_per_param * total_params / p.memory_bandwidth
+    measured = p.measured_throughput
     modelled = forward_total + backward_total + update
-    scale = jnp.where(measured > 0, p["batch_size"] / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
+    scale = jnp.where(measured > 0, p.batch_size / jnp.where(measured > 0, measured, 1.0) / modelled, 1.0)
     return scale, scale, update * scale
 
 
 def input_times(p):
     """(io [C], h2d [C]): read/decode of a batch, and its copy to the GPU."""
-    io = p["io_time_per_sample"] * p["batch_size"]
-    h2d = p["h2d_alpha"] + p["batch_size"] * p["sample_bytes"] / p["h2d_bandwidth"]
+    io = p.io_time_per_sample * p.batch_size
+    h2d = p.h2d_alpha + p.batch_size * p.sample_bytes / p.h2d_bandwidth
     return io, h2d

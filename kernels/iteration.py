@@ -1,6 +1,7 @@
 """One steady-state S-SGD iteration for every configuration (DESIGN 2.3, 2.4).
 
-`p` maps parameter names to [C] arrays (see `PARAMS`); `dag` is a
+`p` is a `kernels.parameters.Params` (or a mapping of its field names, converted
+at each entry point); `dag` is a
 `sweep.graph.compiler.CompiledDag`, whose lowered program (`sweep.graph.lowering`) is
 the DAG of `sweep.graph.dag` as the kernels run it. Every output here, for sweeps,
 fits, sensitivities and `explain`, comes from that one program:
@@ -17,29 +18,11 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.collectives import LINK_FIELDS, stage_costs
+from kernels.collectives import stage_costs
 from kernels.compute import compute_profile, input_times
+from kernels.parameters import Params
 from kernels.program import Context, run_program
 from kernels.smooth import maximum
-
-PARAMS = (
-    "batch_size", "nodes", "gpus_per_node", "workers", "log2_workers", "servers",
-    "peak_flops", "memory_bandwidth", "efficiency", "b_half", "bwd_ratio",
-    "measured_throughput", "update_bytes_per_param", "grad_bytes",
-    "intra_alpha", "intra_bandwidth", "inter_alpha", "inter_bandwidth",
-    # Link model extensions: `sweep.engine.params.kernel_params` adds them only when a
-    # scenario sets one (else the kernels use the alpha-beta links).
-    *(f"{table}_{field}" for table in ("intra", "inter") for field in LINK_FIELDS[2:]),
-    "h2d_alpha", "h2d_bandwidth", "io_time_per_sample", "sample_bytes",
-    "prefetch", "strategy", "algorithm", "bucket_bytes",
-    "ps_pipelined",  # only when a scenario sets ps.pipelined (kernels.collectives)
-)
-
-# Optional entries of `p` for fitting (absent in sweeps, so the hard max stays):
-#   max_temperature [C] s: smooth max in the program and the recursion;
-#   switch_width [C] ln bytes: smooth protocol steps (kernels.collectives).
-SMOOTHING = ("max_temperature", "switch_width")
-
 
 def input_recursion(work, io, h2d, prefetch, iterations: int, temperature=None):
     """Lists (I_k, E_k, U_k), k = 1..K, of the recursion
@@ -67,14 +50,15 @@ def steady_state(work, io, h2d, prefetch, iterations: int, temperature=None):
 
 def context(dag, p, fixed_buckets=False, free=False) -> Context:
     """The per-configuration costs and switches a program run needs."""
+    p = Params.of(p)
     forward, backward, update = compute_profile(dag.forward_total, dag.backward_total, dag.total_params,
                                                 dag.traced, p)
     io, h2d = input_times(p)
     compute = {"io": io, "h2d": h2d, "forward": forward, "backward": backward, "update": update,
-               "update_shard": update / p["workers"]}
-    temperature, width = (p.get(name) for name in SMOOTHING)
-    return Context(compute=compute, comm=stage_costs(p), grad_bytes=p["grad_bytes"], strategy=p["strategy"],
-                   threshold=p["bucket_bytes"], prefetch=p["prefetch"], temperature=temperature, width=width,
+               "update_shard": update / p.workers}
+    temperature, width = p.max_temperature, p.switch_width
+    return Context(compute=compute, comm=stage_costs(p), grad_bytes=p.grad_bytes, strategy=p.strategy,
+                   threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
                    fixed_buckets=fixed_buckets, free=free)
 
 
@@ -102,6 +86,7 @@ def iteration_primaries(dag, p, fixed_buckets=False):
     """Iteration time, single-GPU (free communication) time, the busy time of
     compute, communication and input, and the samples per step, as [C]
     arrays. `fixed_buckets` (static) promises every strategy is bsp or wfbp."""
+    p = Params.of(p)
     lowered = dag.lowered
     ctx = context(dag, p, fixed_buckets)
     t, run = iteration_time(lowered, ctx)
@@ -123,7 +108,7 @@ def iteration_primaries(dag, p, fixed_buckets=False):
                                                                           busiest)
     return {"iteration_time": t, "single_gpu_time": t_free, "compute_time": compute_time,
             "communication_time": communication, "busiest_channel_time": busiest, "io_time": micro * (io + h2d),
-            "samples": micro * p["batch_size"]}
+            "samples": micro * p.batch_size}
 
 
 def derived_outputs(primary, p):
@@ -133,13 +118,14 @@ def derived_outputs(primary, p):
     XLA cannot fuse the channel evaluation into every output that divides by
     the iteration time (it did, computing it once per such output).
     """
+    p = Params.of(p)
     t, t_free_comm = primary["iteration_time"], primary["single_gpu_time"]
     compute_time, busy, io_time = primary["compute_time"], primary["communication_time"], primary["io_time"]
     busiest = primary["busiest_channel_time"]
     return {
         "iteration_time": t,
-        "throughput": p["workers"] * primary["samples"] / t,
-        "speedup": p["workers"] * t_free_comm / t,
+        "throughput": p.workers * primary["samples"] / t,
+        "speedup": p.workers * t_free_comm / t,
         "scaling_efficiency": t_free_comm / t,
         "compute_time": compute_time,
         "communication_time": busy,
@@ -164,12 +150,14 @@ def iteration_outputs(dag, p, fixed_buckets=False):
     throughput once everything else overlaps. `fixed_buckets` (static)
     promises every strategy is bsp or wfbp: the channel then has a closed form.
     """
+    p = Params.of(p)
     return derived_outputs(iteration_primaries(dag, p, fixed_buckets), p)
 
 
 def schedule(dag, p):
     """(finish [T, C], durations [T, C], sent {policy task id: [C]}) of every
     task of the DAG, from the same program the sweep runs (for `explain`)."""
+    p = Params.of(p)
     return lowered_schedule(dag.lowered, context(dag, p))
 
 

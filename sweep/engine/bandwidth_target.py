@@ -45,8 +45,8 @@ def required_inter_bandwidth(spec: Spec, target: float = 0.9, steps: int = STEPS
     efficiency = np.empty(spec.shape)
     solution = np.empty(spec.shape, np.int8)
     for selector, params, model_dag in _groups(spec):
-        def efficiency_at(bandwidth):
-            params["inter_bandwidth"] = bandwidth.astype(np.float32)
+        def efficiency_at(bandwidth, params=params):
+            params = params.replace(inter_bandwidth=bandwidth.astype(np.float32))
             return np.asarray(evaluate_params(model_dag, params)["scaling_efficiency"], np.float64)
 
         size = params["workers"].shape[0]

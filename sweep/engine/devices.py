@@ -12,6 +12,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from kernels.parameters import Params
 from sweep.engine import interrupt
 from sweep.errors import SpecError
 
@@ -141,14 +142,14 @@ class Devices:
         """Whether this process writes output (process 0)."""
         return jax.process_index() == 0
 
-    def put(self, params: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    def put(self, params: Params) -> Params:
         """Global arrays from host arrays that every process holds in full:
         [C] arrays split over devices, [1] arrays (constants) replicated."""
         shardings = {k: self.replicated if v.shape == (1,) else self.sharded for k, v in params.items()}
         if jax.process_count() == 1:
-            return jax.device_put(params, shardings)
-        return {k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
-                for k, v in params.items()}
+            return Params.of(jax.device_put(dict(params), shardings))
+        return Params.of({k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
+                          for k, v in params.items()})
 
     def fetch(self, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Whole results on the host (gathered from every process)."""

@@ -119,7 +119,7 @@ def _chunk_inputs(spec: Spec, plan: Plan, chunk, structure_compiler=compile_stru
             if param not in params:
                 raise SpecError("outputs", name, "this scenario does not set that key, so nothing depends on it")
             if multiplier is not None and params[multiplier].shape > params[param].shape:
-                params[param] = np.broadcast_to(params[param], params[multiplier].shape).copy()
+                params = params.replace(**{param: np.broadcast_to(params[param], params[multiplier].shape).copy()})
     return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels.codes import ALGORITHMS, STRATEGIES
 from kernels.collectives import LINK_FALLBACK, LINK_FIELDS
+from kernels.parameters import Params
 from sweep.scenario import catalog
 from sweep.scenario import presets
 from sweep.graph import zoo
@@ -44,8 +45,8 @@ def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size: int) -> 
 
 
 def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
-                  dtype=np.float32, compact: bool = False) -> dict[str, np.ndarray]:
-    """The kernels' parameter arrays (`kernels.iteration.PARAMS`) for `size` configurations.
+                  dtype=np.float32, compact: bool = False) -> Params:
+    """The kernels' parameters (`kernels.parameters.Params`) for `size` configurations.
 
     With `compact`, a parameter that depends only on single-valued keys is a
     [1] array that broadcasts: less to build, copy and shard. Which parameters
@@ -123,7 +124,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
     out = {k: v.astype(dtype, copy=False) for k, v in p.items()}
     out["strategy"] = p["strategy"].astype(np.int32)
     out["algorithm"] = p["algorithm"].astype(np.int32)
-    return out
+    return Params.of(out)
 
 
 def link_extension(table: str, alpha: np.ndarray, bandwidth: np.ndarray, given_or, size: int) -> dict:
@@ -136,7 +137,7 @@ def link_extension(table: str, alpha: np.ndarray, bandwidth: np.ndarray, given_o
     return {f"{table}_{name}": out[name] for name in LINK_FALLBACK}
 
 
-def point_params(point: dict[str, object], model: zoo.Model, dtype=np.float32) -> dict[str, np.ndarray]:
+def point_params(point: dict[str, object], model: zoo.Model, dtype=np.float32) -> Params:
     """Parameters of a single configuration (`point` maps canonical keys to values)."""
     columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in point.items()}
     return kernel_params(columns, model, 1, dtype)

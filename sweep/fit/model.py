@@ -61,8 +61,11 @@ class _NoModel:
 
 
 def row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
+    """One row's kernel parameters by name (a dict: rows of a group are
+    concatenated, and the fit sets its keys by name), with every field a fit
+    may set present."""
     model = zoo.get_model(point["model"], point.get("seq_len")) if "model" in point else _NoModel()
-    p = point_params(point, model, np.float64)
+    p = dict(point_params(point, model, np.float64))
     if extended and "inter_protocol_bytes" not in p:
         for table in LINK_TABLES:
             p.update(link_extension(table, p[f"{table}_alpha"], p[f"{table}_bandwidth"],

@@ -14,7 +14,7 @@ from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FIELDS
 @dataclasses.dataclass(frozen=True)
 class Parameter:
     """How a numeric scenario key reaches the kernels: as parameter `name`
-    (`kernels.iteration.PARAMS`), which sensitivities differentiate and, when
+    (a field of `kernels.parameters.Params`), which sensitivities differentiate and, when
     `fit` names a space ("log" or "linear"), `calibrate` may fit."""
     key: str
     name: str
