@@ -38,7 +38,10 @@ import numpy as np
 import jax
 
 import sweep
-from experiments.fused_reference import compile_reference, reference_inputs
+try:
+    from experiments.fused_reference import compile_reference, reference_inputs
+except ModuleNotFoundError:  # run as a script: its own folder is on sys.path, the repository root is not
+    from fused_reference import compile_reference, reference_inputs
 
 GRID = {
     "model": "resnet50",

@@ -119,3 +119,16 @@ def test_python_api_returns_the_same_cube(cube, tmp_path):
     ds = sweep.run(tomllib.loads(GRID), output=out)
     assert out.exists()
     xr.testing.assert_allclose(ds["iteration_time"], cube["iteration_time"])
+
+
+def test_prepared_chunk_is_the_sweep_kernel():
+    """`sweep.prepare_chunk` (the kernel alone, for benchmarks) computes what
+    `sweep.run` puts in the cube for the same configurations."""
+    spec = sweep.load_spec({"model": "alexnet", "batch_size": [8, 32], "nodes": [1, 2, 4], "strategy": "mgwfbp"})
+    prepared = sweep.prepare_chunk(spec)
+    out = prepared.evaluate()
+    assert prepared.size >= spec.size and set(out) == set(spec.outputs)
+    cube = sweep.run(spec)
+    np.testing.assert_array_equal(np.asarray(out["iteration_time"])[:spec.size],
+                                  cube["iteration_time"].values.reshape(-1))
+    assert prepared.compile_fresh().mode == prepared.compiled.mode

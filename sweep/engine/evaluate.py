@@ -137,9 +137,10 @@ class PreparedChunk:
     fixed_buckets: bool
 
     def evaluate(self) -> dict:
-        """Every output of `spec.outputs` for the chunk, [size] each (asynchronous)."""
-        return _sweep_kernel(self.compiled, self.params, self.spec.outputs, self.size, self.tangents,
-                             self.fixed_buckets)
+        """Every output of `spec.outputs` for the chunk, [size] each, computed
+        (it waits for the devices, so that timing it times the work)."""
+        return jax.block_until_ready(_sweep_kernel(self.compiled, self.params, self.spec.outputs, self.size,
+                                                   self.tangents, self.fixed_buckets))
 
     def compile_fresh(self) -> CompiledDag:
         """Build and lower the DAG again (bypassing the compile cache) and
