@@ -1,4 +1,5 @@
 """`run`: the netCDF cube over a grid, its labels, and its physics."""
+import functools
 import itertools
 
 import numpy as np
@@ -132,3 +133,25 @@ def test_prepared_chunk_is_the_sweep_kernel():
     np.testing.assert_array_equal(np.asarray(out["iteration_time"])[:spec.size],
                                   cube["iteration_time"].values.reshape(-1))
     assert prepared.compile_fresh().mode == prepared.compiled.mode
+
+
+@pytest.mark.parametrize("shape", [{"strategy": "mgwfbp"}, {"update": "layerwise"}, {"zero": 3}])
+def test_tiles_give_the_whole_chunk(shape):
+    """Evaluating tile by tile (sweep.engine.evaluate.by_tiles) is the same
+    program on fewer configurations: it agrees with the whole chunk, [1]
+    parameters and sensitivities included."""
+    from sweep.engine.evaluate import _primaries, by_tiles
+
+    spec = sweep.load_spec({"model": "alexnet", "batch_size": [8, 64], "nodes": [1, 2, 4, 8],
+                            "gpus_per_node": [1, 4], "inter": {"bandwidth": [1e9, 1e10]}, **shape,
+                            "outputs": ["iteration_time", "d_iteration_time/d_inter.bandwidth"]})
+    prepared = sweep.prepare_chunk(spec)
+    assert prepared.size == 32
+    fn = functools.partial(_primaries, prepared.compiled, tangents=prepared.tangents,
+                           fixed_buckets=prepared.fixed_buckets)
+    whole = fn(prepared.params)
+    tiled = by_tiles(fn, prepared.params, 8)
+    assert whole.keys() == tiled.keys()
+    for name in whole:
+        np.testing.assert_allclose(np.asarray(tiled[name]), np.asarray(whole[name]), rtol=1e-6, err_msg=name)
+        assert np.shape(tiled[name]) == np.shape(whole[name])

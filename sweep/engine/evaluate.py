@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
+from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
 from sweep.engine.devices import Devices, visible_devices
@@ -56,6 +57,13 @@ def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
 @functools.partial(jax.jit, static_argnames=("tangents", "fixed_buckets"))
 def _primary_kernel(dag, params, tangents, fixed_buckets):
     TRACES[tangents, fixed_buckets] += 1  # runs only while tracing
+    primaries = functools.partial(_primaries, dag, tangents=tangents, fixed_buckets=fixed_buckets)
+    if fixed_buckets and dag.mode == "contracted":
+        return primaries(params)  # the closed form streams well untiled (tiles measured no faster)
+    return by_tiles(primaries, params, TILE)
+
+
+def _primaries(dag, params, tangents, fixed_buckets):
     out = iteration_primaries(dag, params, fixed_buckets)
     floats = {k: v for k, v in params.items() if jnp.issubdtype(v.dtype, jnp.floating)}
 
@@ -69,6 +77,30 @@ def _primary_kernel(dag, params, tangents, fixed_buckets):
             direction[param] = jnp.ones_like(floats[param]) * scale
         out[name] = jax.jvp(iteration_time, (floats,), (direction,))[1]
     return out
+
+
+# Configurations per tile. Evaluating a chunk tile by tile (a loop over
+# tiles, each a whole program on [TILE] vectors) keeps a program's live
+# values in cache: on 2 cores the mgwfbp channel ran 2.2x, the unrolled
+# ZeRO-3 program 13x and the layer-wise one 1.5x faster with 1,024 than on
+# a whole 2**16-2**18 chunk; bsp/wfbp's closed form gains nothing.
+TILE = 1024
+
+
+def by_tiles(fn, params, tile: int):
+    """`fn(params)` (a dict of [C] or [1] arrays) evaluated `tile`
+    configurations at a time. Configuration c = i * T + t sits in tile t at
+    position i, so the tiles interleave and a chunk sharded over devices
+    (contiguous blocks of configurations) stays sharded within every tile.
+    Chunks that are not a multiple of `tile` run whole."""
+    size = max(v.shape[-1] for v in params.values())
+    if size <= tile or size % tile:
+        return fn(params)
+    count = size // tile
+    wide = {k: v.reshape(tile, count).T for k, v in params.items() if v.shape[-1] == size}
+    narrow = {k: v for k, v in params.items() if k not in wide}
+    tiles = jax.lax.map(lambda w: fn(Params.of({**narrow, **w})), wide)  # [count, tile] or [count, 1]
+    return {k: v.T.reshape(size) if v.shape[-1] == tile else v[0] for k, v in tiles.items()}
 
 
 @functools.partial(jax.jit, static_argnames=("outputs", "size"))

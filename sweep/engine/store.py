@@ -30,6 +30,7 @@ import numpy as np
 import xarray as xr
 
 from kernels.outputs import OUTPUT
+from sweep.atomic import write_text
 from sweep.engine.plan import structural_groups
 from sweep.graph.compiler import compile_structure
 from sweep.graph.layer_trace import file_digest
@@ -277,13 +278,7 @@ class NetcdfStore:
                                         f"{need:,}){RESUME_HINT if mid_run else ''}", mid_run=mid_run)
 
     def _write_journal(self) -> None:
-        tmp = self.journal.with_name(self.journal.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps({"identity": self.identity, "completed": sorted(self.completed)}))
-            os.replace(tmp, self.journal)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_text(self.journal, json.dumps({"identity": self.identity, "completed": sorted(self.completed)}))
 
     def finish(self) -> bool:
         """Rename the complete cube to OUT.nc; True if it replaced an existing file."""
