@@ -7,4 +7,7 @@ store and its identity (`store`), stop requests (`interrupt`), and the
 inverse query "which inter-node bandwidth reaches a target" (`bandwidth_target`).
 
 May import: `kernels`, `sweep.errors`, `sweep.scenario`, `sweep.graph`.
+
+Implementation details: users and `experiments/` import `sweep.__all__`.
 """
+__all__: list[str] = []

@@ -9,4 +9,7 @@ documents: `calibrate`, `predict`, `validate`.
 
 May import: `kernels`, `sweep.errors`, `sweep.atomic`, `sweep.scenario`,
 `sweep.graph`, `sweep.engine`.
+
+Implementation details: users and `experiments/` import `sweep.__all__`.
 """
+__all__: list[str] = []

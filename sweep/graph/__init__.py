@@ -7,4 +7,7 @@ preconditions (`lowering`), and the cached compile of both (`compiler`).
 
 May import: `kernels.codes` (the program format) and `sweep.errors`;
 nothing else from `sweep`, so every other layer may build on it.
+
+Implementation details: users and `experiments/` import `sweep.__all__`.
 """
+__all__: list[str] = []

@@ -7,4 +7,7 @@ studies in `experiments/` write their figures and tables with (`files`).
 
 May import every other part of `sweep`; nothing imports it but the CLI and
 the public API.
+
+Implementation details: users and `experiments/` import `sweep.__all__`.
 """
+__all__: list[str] = []

@@ -7,4 +7,7 @@ its checks (`spec`), the table from numeric keys to kernel parameters
 
 May import: `kernels` (codes and output names), `sweep.errors`, and
 `sweep.graph` for the model names and DAG shape values a key may take.
+
+Implementation details: users and `experiments/` import `sweep.__all__`.
 """
+__all__: list[str] = []
