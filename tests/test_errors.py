@@ -138,3 +138,11 @@ def test_a_misspelt_name_gets_the_nearest_one(case, cli, write_spec, tmp_path):
 def test_a_key_far_from_every_key_names_where_the_keys_are(cli, write_spec, tmp_path):
     status, _, err = cli("run", write_spec('model = "resnet50"\nbatch_size = 32\nzzz = 1\n'), "-o", tmp_path / "o.nc")
     assert status == 2 and "did you mean" not in err and "Scenario files" in err and len(err) < 200, err
+
+
+def test_a_misspelt_fitted_key_gets_the_nearest_one(cli, tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text("nodes,gpus_per_node,message_bytes,allreduce_time\n2,1,1e6,1e-3\n")
+    status, _, err = cli("calibrate", data, "--fit", "inter.bandwith", "-o", tmp_path / "fit.toml")
+    assert status == 2 and err.count("\n") == 1 and "did you mean inter.bandwidth?" in err, err
+    assert not (tmp_path / "fit.toml").exists()

@@ -17,7 +17,7 @@ import numpy as np
 from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FALLBACK, LINK_FIELDS, allreduce_time, collective_cost
 from kernels.iteration import iteration_outputs
 from sweep.engine.params import link_extension, point_params
-from sweep.errors import SpecError
+from sweep.errors import SpecError, closest
 from sweep.fit.data import MESSAGE, TARGETS, Row
 from sweep.graph import zoo
 from sweep.graph.compiler import compile_structure
@@ -50,8 +50,8 @@ def expand_fit(names: Sequence[str]) -> list[str]:
         elif name in FITTABLE:
             expanded = [name]
         else:
-            raise SpecError("--fit", name, "cannot be fitted; choose a link table (intra, inter) or one of "
-                                           + ", ".join(FITTABLE))
+            raise SpecError("--fit", name, "cannot be fitted; "
+                            + closest(name, [*LINK_TABLES, *FITTABLE], "README 'Commands and API' (calibrate)"))
         keys += [k for k in expanded if k not in keys]
     return keys
 
