@@ -60,6 +60,8 @@ def _primary_kernel(dag, params, tangents, fixed_buckets):
     primaries = functools.partial(_primaries, dag, tangents=tangents, fixed_buckets=fixed_buckets)
     if fixed_buckets and dag.mode == "contracted":
         return primaries(params)  # the closed form streams well untiled (tiles measured no faster)
+    if jax.default_backend() != "cpu":
+        return primaries(params)  # a GPU wants the whole chunk: one tile could not fill it (not measured)
     return by_tiles(primaries, params, TILE)
 
 
@@ -79,11 +81,13 @@ def _primaries(dag, params, tangents, fixed_buckets):
     return out
 
 
-# Configurations per tile. Evaluating a chunk tile by tile (a loop over
-# tiles, each a whole program on [TILE] vectors) keeps a program's live
+# Configurations per tile on CPUs. Evaluating a chunk tile by tile (a loop
+# over tiles, each a whole program on [TILE] vectors) keeps a program's live
 # values in cache: on 2 cores the mgwfbp channel ran 2.2x, the unrolled
 # ZeRO-3 program 13x and the layer-wise one 1.5x faster with 1,024 than on
-# a whole 2**16-2**18 chunk; bsp/wfbp's closed form gains nothing.
+# a whole 2**16-2**18 chunk; bsp/wfbp's closed form gains nothing. 512 was
+# no faster in sweep.run, and 2,048 fell off a cliff for ZeRO-3 (0.42 ->
+# 0.15 M/s): the best tile depends on the cache.
 TILE = 1024
 
 
