@@ -135,18 +135,18 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 
 
 def _dispatch(spec, plan, chunk, devices):
-    dag, params, tangents, fixed_buckets = _chunk_inputs(spec, plan, chunk)
+    dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
     out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents, fixed_buckets)
-    _, sampled = plan.columns(chunk)
     return out, sampled  # asynchronous
 
 
-def _chunk_inputs(spec: Spec, plan: Plan, chunk, structure_compiler=compile_structure):
-    """(compiled DAG, host parameter arrays, tangent rules, fixed_buckets) of one chunk."""
+def _chunk_inputs(spec: Spec, plan: Plan, chunk):
+    """(compiled DAG, host parameters, tangent rules, fixed_buckets, sampled
+    values for the cube's coordinates) of one chunk."""
     s = chunk.structure
     model = zoo.get_model(s["model"], s["seq_len"])
-    dag = structure_compiler(s)
-    columns, _ = plan.columns(chunk)
+    dag = compile_structure(s)
+    columns, sampled = plan.columns(chunk)
     params = kernel_params(columns, model, chunk.padded, compact=True)
     tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))
                      for name in spec.outputs if is_sensitivity(name))
@@ -156,7 +156,7 @@ def _chunk_inputs(spec: Spec, plan: Plan, chunk, structure_compiler=compile_stru
                 raise SpecError("outputs", name, "this scenario does not set that key, so nothing depends on it")
             if multiplier is not None and params[multiplier].shape > params[param].shape:
                 params = params.replace(**{param: np.broadcast_to(params[param], params[multiplier].shape).copy()})
-    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}
+    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +166,9 @@ class PreparedChunk:
     (`experiments/benchmark.py`). `params` are on the devices; `size` is the
     padded chunk length."""
     spec: Spec
+    structure: dict  # the chunk's structural keys
     compiled: CompiledDag
-    params: dict
+    params: Params
     size: int
     tangents: tuple
     fixed_buckets: bool
@@ -181,7 +182,7 @@ class PreparedChunk:
     def compile_fresh(self) -> CompiledDag:
         """Build and lower the DAG again (bypassing the compile cache) and
         XLA-compile the primary kernel for it: what a new structural group costs."""
-        compiled = compile_structure_uncached(next(Plan(self.spec, self.size).chunks()).structure)
+        compiled = compile_structure_uncached(self.structure)
         _primary_kernel.lower(compiled, self.params, self.tangents, self.fixed_buckets).compile()
         return compiled
 
@@ -193,8 +194,8 @@ def prepare_chunk(spec: Spec, chunk: int = DEFAULT_CHUNK, devices: Devices | Non
     devices = devices or visible_devices()
     plan = Plan(spec, chunk, multiple=devices.count)
     first = next(plan.chunks())
-    dag, params, tangents, fixed_buckets = _chunk_inputs(spec, plan, first)
-    return PreparedChunk(spec, dag, devices.put(params), first.padded, tangents, fixed_buckets)
+    dag, params, tangents, fixed_buckets, _ = _chunk_inputs(spec, plan, first)
+    return PreparedChunk(spec, first.structure, dag, devices.put(params), first.padded, tangents, fixed_buckets)
 
 
 def _finish(chunk, out, sampled, plan, store, devices, progress):
