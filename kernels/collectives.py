@@ -105,7 +105,7 @@ def _or(value, default):
 
 
 def link(p: Params, table: str) -> dict:
-    """The fields of one link (`intra` or `inter`) from the parameter dict,
+    """The fields of one link (`intra` or `inter`) from the parameters,
     missing extension fields by `LINK_FALLBACK`."""
     out = {"alpha": p[f"{table}_alpha"], "bandwidth": p[f"{table}_bandwidth"]}
     for name, fallback in LINK_FALLBACK.items():

@@ -28,7 +28,7 @@ import numpy as np
 from kernels.broadcast import lead
 from kernels.channel import policy_channel
 from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
-from kernels.smooth import maximum
+from kernels.smooth import max_along, maximum
 from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
 
 NEG = -jnp.inf
@@ -417,9 +417,7 @@ def _scan(program, seg, values, sent, ctx, want_all):
         regs, busy = carry
         pred, dst, ei, ci, ri, coef = xs
         ready = regs[pred]  # [P, C]
-        start = maximum(table[ei], ready[0] if ready.shape[0] == 1 else
-                        (jnp.max(ready, axis=0) if temperature is None else
-                         temperature * jax.scipy.special.logsumexp(ready / _row(temperature), axis=0)), temperature)
+        start = maximum(table[ei], ready[0] if ready.shape[0] == 1 else max_along(ready, 0, temperature), temperature)
         d = duration(ci, coef)
         finish = start + d
         regs = regs.at[dst].set(finish)

@@ -12,6 +12,7 @@ to it as the temperature T [s] goes to 0.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax.scipy.special import logsumexp
 
 from kernels.broadcast import lead
 
@@ -23,3 +24,10 @@ def maximum(a, b, temperature=None):
     t = lead(temperature, max(jnp.ndim(a), jnp.ndim(b)))  # [C] against e.g. [n, C]
     return t * jnp.logaddexp(a / t, b / t)
 
+
+def max_along(x, axis: int, temperature=None):
+    """max over `axis`, or T * logsumexp(x / T) over it (T [C] broadcasts
+    against x with configurations on its last axis)."""
+    if temperature is None:
+        return jnp.max(x, axis=axis)
+    return temperature * logsumexp(x / lead(temperature, jnp.ndim(x)), axis=axis)
