@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 from sweep import __version__
+from sweep.atomic import check_output
 from sweep.errors import SpecError
 
 # `run` refuses a cube above this size (uncompressed) unless --allow-large.
@@ -186,11 +187,7 @@ def _check_output(path: str, key: str = "--output", inputs=None, probe: bool = T
     """`path` as a Path, or SpecError before any work: a directory, a missing
     folder, an input of the command (`inputs`: what -> path, or (what, path)
     pairs; links resolved), or a place where nothing can be written."""
-    out = Path(path)
-    if out.is_dir():
-        raise SpecError(key, path, "is a directory")
-    if not out.parent.resolve().is_dir():
-        raise SpecError(key, path, "its directory does not exist")
+    out = check_output(key, path)
     for what, source in (inputs.items() if isinstance(inputs, dict) else inputs or ()):
         if source is not None and _same_file(out, Path(source)):
             raise SpecError(key, path, f"is the {what} ({source}); an output never replaces an input, "
@@ -354,7 +351,6 @@ def _bytes(n: float) -> str:
 def _explain(args) -> int:
     from sweep.report.explain import explain, format_explain
     from sweep.report.files import FIGURE_SUFFIXES
-    from sweep.atomic import check_output
     from sweep.scenario.spec import load_spec
 
     # Check every output before the work, so bad paths fail fast and write nothing.
