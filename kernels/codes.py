@@ -4,9 +4,14 @@ program format's cost rows and edge switches (written by `sweep.graph.dag`)."""
 STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
 ALGORITHMS = ("ring", "rhd", "tree", "hierarchical", "ps")
 BOTTLENECKS = ("compute", "communication", "input")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+PRECISIONS = ("fp32", "mixed")
+FITS = ("no", "yes")
 
 BSP, WFBP, FUSION, MGWFBP = range(len(STRATEGIES))
 RING, RHD, TREE, HIERARCHICAL, PS = range(len(ALGORITHMS))
+SGD, MOMENTUM, ADAM = range(len(OPTIMIZERS))
+FP32, MIXED = range(len(PRECISIONS))
 
 # Cost rows (`kernels.program`): compute and input scale with `coef`; the
 # communication rows are collective costs of `coef` * gradient bytes.

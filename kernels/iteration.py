@@ -20,6 +20,7 @@ import numpy as np
 
 from kernels.collectives import stage_costs
 from kernels.compute import compute_profile, input_times
+from kernels.memory import activation_bytes, model_state_bytes
 from kernels.parameters import Params
 from kernels.program import Context, run_program
 from kernels.smooth import maximum
@@ -108,7 +109,17 @@ def iteration_primaries(dag, p, fixed_buckets=False):
                                                                           busiest)
     return {"iteration_time": t, "single_gpu_time": t_free, "compute_time": compute_time,
             "communication_time": communication, "busiest_channel_time": busiest, "io_time": micro * (io + h2d),
-            "samples": micro * p.batch_size}
+            "samples": micro * p.batch_size, "memory_per_gpu": memory_per_gpu(dag, p)}
+
+
+def memory_per_gpu(dag, p):
+    """Bytes per GPU: model states (ZeRO stage of the DAG) and one
+    micro-batch's activations (`kernels.memory`)."""
+    p = Params.of(p)
+    states = model_state_bytes(dag.total_params, p.workers, dag.zero, p.optimizer, p.precision)
+    activations = activation_bytes(dag.activation_bytes, dag.checkpointed_activation_bytes, p.batch_size,
+                                   p.activation_checkpointing, p.precision)
+    return states + activations
 
 
 def derived_outputs(primary, p):
@@ -137,6 +148,8 @@ def derived_outputs(primary, p):
         "io_time": io_time,
         "bottleneck": jnp.argmax(jnp.stack(jnp.broadcast_arrays(compute_time, busiest, io_time)), axis=0)
         .astype(jnp.int32),
+        "memory_per_gpu": primary["memory_per_gpu"],
+        "fits_in_memory": (primary["memory_per_gpu"] <= p.gpu_memory).astype(jnp.int32),
     }
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kernels.codes import BOTTLENECKS
+from kernels.codes import BOTTLENECKS, FITS
 
 
 class Output(NamedTuple):
@@ -31,6 +31,8 @@ REGISTRY = (
     Output("exposed_communication", "s", "communication time not hidden by computation"),
     Output("io_time", "s", "input time per iteration (read and decode, host-to-device copy)"),
     Output("bottleneck", "1", "resource with the most busy time per iteration", np.int8, BOTTLENECKS),
+    Output("memory_per_gpu", "bytes", "memory per GPU: model states and activations (kernels.memory)"),
+    Output("fits_in_memory", "1", "memory_per_gpu within gpu.memory", np.int8, FITS),
 )
 
 OUTPUT = {output.name: output for output in REGISTRY}

@@ -60,6 +60,11 @@ class Params(Mapping):
     strategy: Array
     algorithm: Array
     bucket_bytes: Array  # fusion bucket size
+    # memory (`kernels.memory`)
+    optimizer: Array  # integer code, kernels.codes.OPTIMIZERS
+    precision: Array  # integer code, kernels.codes.PRECISIONS
+    activation_checkpointing: Array  # 1: keep segment boundaries only
+    gpu_memory: Array  # bytes
     # intra link model extensions (`kernels.collectives.LINK_FALLBACK` when None)
     intra_protocol_bytes: Array | None = None  # bytes
     intra_large_alpha: Array | None = None  # s
@@ -132,3 +137,4 @@ NAMES = tuple(f.name for f in dataclasses.fields(Params))
 jax.tree_util.register_dataclass(Params, data_fields=list(NAMES), meta_fields=[])
 REQUIRED = tuple(f.name for f in dataclasses.fields(Params) if f.default is dataclasses.MISSING)
 OPTIONAL = tuple(name for name in NAMES if name not in REQUIRED)
+CODES = ("strategy", "algorithm", "optimizer", "precision")  # integer codes (kernels.codes), int32

@@ -128,6 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     plot.set_defaults(handler=_plot)
 
     models = sub.add_parser("models", help="list the model zoo")
+    models.add_argument("names", nargs="*", metavar="NAME",
+                        help="only these models (a zoo name or a model file); one model's --json is a model file")
     models.add_argument("--json", action="store_true", help="print the zoo as JSON, layer by layer")
     models.set_defaults(handler=_models)
 
@@ -302,11 +304,12 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
     from sweep.engine.evaluate import DEFAULT_CHUNK
     from sweep.engine.plan import Plan
     from sweep.engine.store import SPACE_MARGIN, estimate_bytes, make_layout
+    from sweep.scenario.spec import model_combinations
 
     devices = jax.devices()
     plan = Plan(spec, chunk or DEFAULT_CHUNK, multiple=len(devices))
     size_bytes = estimate_bytes(make_layout(spec, len(devices), plan.disk_chunks()))
-    layers = max(len(zoo.get_model(m, s).layers) for m in spec.values("model") for s in spec.values("seq_len"))
+    layers = max(len(zoo.model_of(values).layers) for values in model_combinations(spec))
     iterations = max(spec.values("iterations"))
     speed = sum(GPU_SPEEDUP if d.platform == "gpu" else 1 for d in devices)
     if all(d.platform == "cpu" for d in devices):
@@ -397,14 +400,22 @@ def _plot(args) -> int:
 def _models(args) -> int:
     from sweep.graph import zoo
 
-    models = [zoo.get_model(name) for name in zoo.MODEL_NAMES]
+    from sweep.errors import SpecError, closest
+
+    for name in args.names:
+        if not zoo.is_model_file(name) and name not in zoo.MODEL_NAMES:
+            raise SpecError("model", name, f"unknown model; {closest(name, zoo.MODEL_NAMES, 'ssgd-sweep models')}")
+    models = [zoo.get_model(name) for name in args.names or zoo.MODEL_NAMES]
     if args.json:
+        # The fields `sweep.graph.zoo.model_file` reads back: one entry is a model file.
         print(json.dumps({m.name: {
             "params": m.params,
             "forward_flops": m.forward_flops,
+            "activation_bytes": m.activation_bytes,
             "seq_len": m.seq_len,
             "input_bytes": m.input_bytes,
-            "layers": [{"name": l.name, "params": l.params, "forward_flops": l.forward_flops} for l in m.layers],
+            "layers": [{"name": l.name, "params": l.params, "forward_flops": l.forward_flops,
+                        "output_bytes": l.output_bytes} for l in m.layers],
         } for m in models}))
         return 0
     print(f"{'model':<14} {'params':>15} {'fwd GFLOP/sample':>17} {'layers':>7} {'seq_len':>8}")

@@ -150,7 +150,7 @@ def test_smooth_max_passes_gradient_where_the_hard_max_stalls():
     iteration time does not move with the link at all (zero gradient, a fit
     stalls); the smooth max still says which way the link pulls."""
     model = zoo.get_model("resnet50")
-    dag = compile_zoo_model("resnet50", None, 3)
+    dag = compile_zoo_model(zoo.get_model("resnet50"), 3)
     point = {"model": "resnet50", "batch_size": 64, "nodes": 2, "gpus_per_node": 1, "strategy": "bsp",
              "io.time_per_sample": 1e-2, "inter.bandwidth": 1e9}
     p = {k: jnp.asarray(v) for k, v in point_params(point, model).items()}

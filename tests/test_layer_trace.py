@@ -106,7 +106,7 @@ def test_measured_times_replace_flops_and_are_matched_by_name(tmp_path):
     np.testing.assert_allclose(b, backward, rtol=1e-12)
 
     # Through evaluate_params on one GPU: the iteration is compute + update (input negligible).
-    dag = compile_zoo_model("alexnet", None, 3, str(path))
+    dag = compile_zoo_model(zoo.get_model("alexnet"), 3, str(path))
     point = {"model": "alexnet", "batch_size": 16, "io.time_per_sample": 1e-9}
     params = point_params(point, model)
     out = evaluate_params(dag, params)

@@ -202,7 +202,7 @@ def test_unset_fields_follow_their_rule():
 def test_no_op_values_reproduce_design_closed_forms(algorithm):
     """Extension keys given at their no-op values: DESIGN 2.2 exactly, and the same iteration."""
     model = zoo.get_model("resnet50")
-    dag = compile_zoo_model("resnet50", None, 3)
+    dag = compile_zoo_model(zoo.get_model("resnet50"), 3)
     for n, g in [(1, 4), (2, 4), (3, 2), (4, 1)]:
         base = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
                 "strategy": "mgwfbp", "intra.alpha": 3e-6, "intra.bandwidth": 2e10,
@@ -258,7 +258,7 @@ def test_smooth_versions_tend_to_the_hard_ones():
     # the program: smooth at a small temperature ~ hard, and a gradient for every branch
     import jax
 
-    dag = compile_zoo_model("alexnet", None, 3)
+    dag = compile_zoo_model(zoo.get_model("alexnet"), 3)
     base = {k: jnp.asarray(v) for k, v in params_of("ring", 4, 1, {"alpha": 5e-6, "bandwidth": 1e10},
                                                        {"alpha": 2e-5, "bandwidth": 1.2e9}, None).items()}
 

@@ -188,7 +188,7 @@ def test_sweep_kernel_matches_the_oracle(model, shape):
     the oracle fed the kernel's own costs (collectives are tested elsewhere)."""
     C = 12
     rng = np.random.default_rng(7)
-    compiled = compile_zoo_model(model, None, 3, None, shape)
+    compiled = compile_zoo_model(zoo.get_model(model), 3, None, shape)
     columns = random_columns(rng, C)
     if shape.pipelined:
         columns["algorithm"] = Column(("hierarchical",), np.zeros(C, int))
@@ -211,7 +211,7 @@ def test_sweep_kernel_matches_the_oracle(model, shape):
 
 def test_program_is_differentiable():
     """Gradients flow through the program: more bandwidth, less time."""
-    compiled = compile_zoo_model("resnet50", None, 3)
+    compiled = compile_zoo_model(zoo.get_model("resnet50"), 3)
     columns = {"batch_size": Column((32,), np.zeros(1, int)), "nodes": Column((4,), np.zeros(1, int)),
                "gpus_per_node": Column((4,), np.zeros(1, int)), "strategy": Column(("bsp",), np.zeros(1, int))}
     params = kernel_params(columns, zoo.get_model("resnet50"), 1)

@@ -247,6 +247,24 @@ def test_a_changed_trace_file_starts_over_and_never_mixes(tmp_path, monkeypatch)
     xr.testing.assert_identical(open_cube(out), sweep.run(str(spec)))  # all of it from the new trace
 
 
+def test_a_changed_model_file_starts_over_and_never_mixes(tmp_path, monkeypatch):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(TRACE_SPEC.replace('model = "alexnet"', 'model = "mine.csv"').replace('compute.trace = "layers.csv"\n', ""))
+    model = tmp_path / "mine.csv"
+
+    def write_model(params: int):
+        model.write_text("name,params,forward_flops\n" + "".join(f"{name},{params},1e8\n" for name in ALEXNET))
+
+    write_model(1_000_000)
+    out = tmp_path / "t.nc"
+    interrupted_run(str(spec), out, monkeypatch)
+    write_model(3_000_000)  # same path, new contents
+    messages = []
+    sweep.run(str(spec), out, chunk=6, log=messages.append).close()
+    assert any(m.startswith("starting over: the model file") and "mine.csv changed" in m for m in messages), messages
+    xr.testing.assert_identical(open_cube(out), sweep.run(str(spec)))
+
+
 def test_a_chunk_change_starts_over_and_says_so(tmp_path, monkeypatch, cli, write_spec):
     spec = write_spec('model = "alexnet"\nbatch_size = [8, 16, 32]\nnodes = [1, 2, 4, 8]\n')
     out = tmp_path / "c.nc"

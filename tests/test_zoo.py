@@ -21,6 +21,7 @@ CNNS = ("alexnet", "googlenet", "inception_v3", "resnet50", "resnet101",
         "resnet152", "vgg16")
 BERTS = ("bert_base", "bert_large")
 GPT2S = ("gpt2", "gpt2_medium", "gpt2_large", "gpt2_xl")
+GPT3S = ("gpt3_1.3b", "gpt3_6.7b", "gpt3_13b")
 
 # torchvision and Hugging Face parameter counts.
 PUBLISHED_PARAMS = {
@@ -37,6 +38,11 @@ PUBLISHED_PARAMS = {
     "gpt2_medium": 354_823_168,
     "gpt2_large": 774_030_080,
     "gpt2_xl": 1_557_611_200,
+    # GPT-3 (Brown et al. 2020, Table 2.1) gives rounded totals: 1.3B, 6.7B, 13.0B;
+    # these are the closed form of sweep.graph.zoo.decoder, checked against them below.
+    "gpt3_1.3b": 1_315_723_264,
+    "gpt3_6.7b": 6_658_404_352,
+    "gpt3_13b": 12_952_938_780,
 }
 
 # torchvision docs, GMACs (conv + linear) per 224x224 (299x299) image.
@@ -58,6 +64,9 @@ TRANSFORMER_SHAPES = {
     "gpt2_medium": (1024, 24, 50257, 1024),
     "gpt2_large": (1280, 36, 50257, 1024),
     "gpt2_xl": (1600, 48, 50257, 1024),
+    "gpt3_1.3b": (2048, 24, 50257, 2048),
+    "gpt3_6.7b": (4096, 32, 50257, 2048),
+    "gpt3_13b": (5140, 40, 50257, 2048),
 }
 
 # Number of torchvision modules that own parameters directly (conv, bn,
@@ -82,7 +91,16 @@ def test_model_names_exact():
     assert MODEL_NAMES == ("alexnet", "googlenet", "inception_v3", "resnet50",
                            "resnet101", "resnet152", "vgg16", "bert_base",
                            "bert_large", "gpt2", "gpt2_medium", "gpt2_large",
-                           "gpt2_xl")
+                           "gpt2_xl", "gpt3_1.3b", "gpt3_6.7b", "gpt3_13b")
+
+
+@pytest.mark.parametrize("name, published", [("gpt3_1.3b", 1.3e9), ("gpt3_6.7b", 6.7e9), ("gpt3_13b", 13.0e9)])
+def test_gpt3_sizes_round_to_the_papers_table(name, published):
+    # Brown et al. 2020, Table 2.1, to the digits it prints.
+    assert round(get_model(name).params / 1e8) / 10 == published / 1e9
+    hidden, layers, vocab, positions = TRANSFORMER_SHAPES[name]
+    # 12 h^2 + 13 h per block, (vocab + positions) h embeddings, 2 h final LayerNorm.
+    assert get_model(name).params == layers * (12 * hidden**2 + 13 * hidden) + (vocab + positions) * hidden + 2 * hidden
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -119,9 +137,9 @@ def test_cnn_layer_count_and_norm_flops(name):
 def test_cnn_stem_layer_values():
     # ResNet stem: 7x7/2 conv 3->64 on 224x224 gives 64x112x112.
     layers = {l.name: l for l in get_model("resnet50").layers}
-    assert layers["conv1"] == Layer("conv1", 64 * 3 * 49, 2.0 * 64 * 112 * 112 * 3 * 49)
+    assert layers["conv1"] == Layer("conv1", 64 * 3 * 49, 2.0 * 64 * 112 * 112 * 3 * 49, 4 * 64 * 112 * 112)
     # BatchNorm: scale + shift per channel; 2 FLOPs per output element.
-    assert layers["bn1"] == Layer("bn1", 2 * 64, 2.0 * 64 * 112 * 112)
+    assert layers["bn1"] == Layer("bn1", 2 * 64, 2.0 * 64 * 112 * 112, 4 * 64 * 112 * 112)
     assert layers["fc"].forward_flops == 2.0 * 2048 * 1000
     # Inception v3 stem: 3x3/2 conv on 299x299 gives 149x149.
     iv3 = {l.name: l for l in get_model("inception_v3").layers}
@@ -141,7 +159,7 @@ def test_layers_well_formed(name):
     assert 5 <= len(model.layers) <= 400
 
 
-@pytest.mark.parametrize("name", BERTS + GPT2S)
+@pytest.mark.parametrize("name", BERTS + GPT2S + GPT3S)
 def test_transformer_flops_per_token(name):
     # Per token: 2 FLOPs per non-embedding weight, plus 4*S*H per block for
     # the two attention matmuls; norms and biases add < 1%.
@@ -157,7 +175,7 @@ def test_transformer_flops_per_token(name):
     assert len(model.layers) == (5 + 9 * n_layers if name in BERTS else 4 + 7 * n_layers)
 
 
-@pytest.mark.parametrize("name", GPT2S)
+@pytest.mark.parametrize("name", GPT2S + GPT3S)
 def test_gpt2_tied_lm_head(name):
     hidden, _, vocab, _ = TRANSFORMER_SHAPES[name]
     model = get_model(name)

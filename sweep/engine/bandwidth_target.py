@@ -93,7 +93,7 @@ def _groups(spec: Spec):
         dag = compile_structure(structure)
         indices = {spec.axes[i].key: idx for i, idx in zip(inner_axes, per_axis)}
         indices.update({spec.axes[i].key: np.full(size, j) for i, j in group.items()})
-        model = zoo.get_model(structure["model"], structure["seq_len"])
+        model = zoo.model_of(structure)
         params = kernel_params(grid_columns(spec, indices, size), model, size)
         selector = [slice(None)] * len(spec.axes)
         for i, j in group.items():

@@ -39,7 +39,7 @@ def evaluate_params(dag, params):
     """Outputs ([C] arrays) for explicit per-configuration parameter arrays.
 
     `params` is what `sweep.engine.params.kernel_params` returns, possibly edited
-    (e.g. a bisection over `inter_bandwidth`); `dag` from `compile_zoo_model`.
+    (e.g. a bisection over `inter_bandwidth`); `dag` from `sweep.graph.compiler.compile_structure`.
     """
     return iteration_outputs(dag, params)
 
@@ -144,7 +144,7 @@ def _chunk_inputs(spec: Spec, plan: Plan, chunk):
     """(compiled DAG, host parameters, tangent rules, fixed_buckets, sampled
     values for the cube's coordinates) of one chunk."""
     s = chunk.structure
-    model = zoo.get_model(s["model"], s["seq_len"])
+    model = zoo.model_of(s)
     dag = compile_structure(s)
     columns, sampled = plan.columns(chunk)
     params = kernel_params(columns, model, chunk.padded, compact=True)

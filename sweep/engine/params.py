@@ -10,9 +10,9 @@ import dataclasses
 
 import numpy as np
 
-from kernels.codes import ALGORITHMS, STRATEGIES
+from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, STRATEGIES
 from kernels.collectives import LINK_FALLBACK, LINK_FIELDS
-from kernels.parameters import Params
+from kernels.parameters import CODES, Params
 from sweep.scenario import catalog
 from sweep.scenario import presets
 from sweep.graph import zoo
@@ -103,6 +103,10 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         "strategy": from_preset("strategy", "strategy", presets.DEFAULT_STRATEGY, STRATEGIES.index),
         "algorithm": from_preset("algorithm", "algorithm", presets.DEFAULT_ALGORITHM, ALGORITHMS.index),
         "bucket_bytes": from_preset("bucket_bytes", "bucket_bytes", DEFAULT_BUCKET_BYTES),
+        "optimizer": get("optimizer", OPTIMIZERS.index),
+        "precision": get("precision", PRECISIONS.index),
+        "activation_checkpointing": get("activation_checkpointing", float),
+        "gpu_memory": given_or("gpu.memory", get("gpu.name", lambda g: catalog.GPUS[g].memory)),
     }
     for table in ("intra", "inter", "h2d"):
         p[f"{table}_alpha"] = given_or(f"{table}.alpha", get(f"{table}.name", lambda n: catalog.LINKS[n].alpha))
@@ -122,8 +126,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
                                     lambda field, fallback: given_or(f"{table}.{field}", fallback),
                                     default_size))
     out = {k: v.astype(dtype, copy=False) for k, v in p.items()}
-    out["strategy"] = p["strategy"].astype(np.int32)
-    out["algorithm"] = p["algorithm"].astype(np.int32)
+    out.update({name: p[name].astype(np.int32) for name in CODES})
     return Params.of(out)
 
 

@@ -33,7 +33,9 @@ from kernels.outputs import OUTPUT
 from sweep.atomic import write_text
 from sweep.engine.plan import structural_groups
 from sweep.graph.compiler import compile_structure
+from sweep.graph import zoo
 from sweep.graph.layer_trace import file_digest
+from sweep.graph.zoo.model_file import file_digest as model_file_digest
 from sweep.scenario.sensitivity import is_sensitivity, key_of, variable_name
 from sweep.scenario.sensitivity import units as sensitivity_units
 from sweep.scenario.schema import KEYS, STRUCTURAL
@@ -470,6 +472,9 @@ def _cube_inputs(path: Path) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+MODEL_FILE = "model "  # prefix of a model file's entry among the digested files (the others are traces)
+
+
 def _changes(old: dict | None, new: dict) -> str | None:
     """What differs between two identities, in words, or None."""
     if not isinstance(old, dict):
@@ -481,6 +486,8 @@ def _changes(old: dict | None, new: dict) -> str | None:
     old_files = old.get("files", {})
     for path, digest in new["files"].items():
         if old_files.get(path) != digest:
+            if path.startswith(MODEL_FILE):
+                return f"the model file {path[len(MODEL_FILE):]} changed"
             return f"the compute.trace file {path} changed"
     if set(old_files) != set(new["files"]):
         return "the input files changed"
@@ -498,6 +505,8 @@ def identity(spec: Spec, chunk_length: int, target: int, devices: int) -> dict:
     `inputs_sha256` attribute."""
     scenario = hashlib.sha256(spec.to_toml().encode()).hexdigest()
     files = {path: file_digest(path) for path in sorted(t for t in spec.values("compute.trace") if t is not None)}
+    files.update({f"{MODEL_FILE}{path}": model_file_digest(path) for path in sorted(m for m in spec.values("model")
+                                                                                      if zoo.is_model_file(m))})
     code = code_digest()
     inputs = hashlib.sha256(json.dumps([scenario, files, code]).encode()).hexdigest()
     return {"inputs": inputs, "scenario": scenario, "files": files, "code": code,

@@ -16,6 +16,7 @@ import numpy as np
 
 from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FALLBACK, LINK_FIELDS, allreduce_time, collective_cost
 from kernels.iteration import iteration_outputs
+from kernels.parameters import CODES
 from sweep.engine.params import link_extension, point_params
 from sweep.errors import SpecError, closest
 from sweep.fit.data import MESSAGE, TARGETS, Row
@@ -64,7 +65,7 @@ def row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
     """One row's kernel parameters by name (a dict: rows of a group are
     concatenated, and the fit sets its keys by name), with every field a fit
     may set present."""
-    model = zoo.get_model(point["model"], point.get("seq_len")) if "model" in point else _NoModel()
+    model = zoo.model_of(point) if "model" in point else _NoModel()
     p = dict(point_params(point, model, np.float64))
     if extended and "inter_protocol_bytes" not in p:
         for table in LINK_TABLES:
@@ -149,8 +150,8 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
                 q.setdefault("ps_pipelined", np.zeros(1))
         names = per_row[0].keys()
         params = {n: np.concatenate([p[n] for p in per_row]).astype(np.float64) for n in names}
-        params["strategy"] = params["strategy"].astype(np.int32)
-        params["algorithm"] = params["algorithm"].astype(np.int32)
+        for name in CODES:
+            params[name] = params[name].astype(np.int32)
         source = {}
         for name in names:
             src = np.array([_source(name, r.given, fitted_params) for r in rows_here], np.int32)
@@ -175,11 +176,13 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
 def _check_point(row: Row) -> None:
     point = row.point
     try:
-        zoo.get_model(point["model"], point.get("seq_len"))
+        model = zoo.model_of(point)
+    except SpecError as err:
+        raise SpecError(err.key, err.value, f"line {row.line}: {err.reason}")
     except ValueError as err:
         raise SpecError("seq_len", point.get("seq_len"), f"line {row.line}: invalid for {point['model']}: {err}")
     if point.get("compute.trace") is not None:
-        trace_times(point["compute.trace"], point["model"], point.get("seq_len"))
+        trace_times(point["compute.trace"], model)
 
 
 def _source(name: str, given: frozenset, fitted_params: dict) -> int:

@@ -24,7 +24,7 @@ from sweep.graph.lowering import Lowered, lower
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=[],
                    meta_fields=["lowered", "forward_total", "backward_total", "total_params", "traced",
-                                "micro_batches"])
+                                "micro_batches", "zero", "activation_bytes", "checkpointed_activation_bytes"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class CompiledDag:
     lowered: Lowered
@@ -33,6 +33,9 @@ class CompiledDag:
     total_params: float
     traced: bool  # units are measured seconds (compute.trace)
     micro_batches: int
+    zero: int = 0  # ZeRO stage: how the model states are sharded (kernels.memory)
+    activation_bytes: float = 0.0  # per sample, float32: every layer's output
+    checkpointed_activation_bytes: float = 0.0  # per sample, float32, with activation checkpointing
 
     @property
     def dag(self) -> Dag:
@@ -44,30 +47,35 @@ class CompiledDag:
 
 
 def compile_model(layer_params, forward_work, iterations: int, shape: Shape = Shape(),
-                  backward_work=None, traced: bool = False) -> CompiledDag:
-    """Build and lower the DAG of a model (per-layer parameters and work)."""
+                  backward_work=None, traced: bool = False, activations: tuple[float, float] = (0.0, 0.0)
+                  ) -> CompiledDag:
+    """Build and lower the DAG of a model (per-layer parameters and work);
+    `activations` are the per-sample bytes kept for backward without and
+    with checkpointing (`sweep.graph.zoo.Model`), for the memory outputs."""
     forward_work = np.asarray(forward_work, np.float64)
     backward_work = forward_work if backward_work is None else np.asarray(backward_work, np.float64)
     dag = build_dag([float(x) for x in layer_params], forward_work.tolist(), iterations, shape,
                     backward_work.tolist())
     return CompiledDag(lower(dag), float(forward_work.sum()), float(backward_work.sum()),
-                       float(np.sum(np.asarray(layer_params, np.float64))), traced, shape.accumulation)
+                       float(np.sum(np.asarray(layer_params, np.float64))), traced, shape.accumulation, shape.zero,
+                       *map(float, activations))
 
 
 @functools.lru_cache(maxsize=64)
-def compile_zoo_model(name: str, seq_len: int | None, iterations: int, trace: str | None = None,
+def compile_zoo_model(model: zoo.Model, iterations: int, trace: str | None = None,
                       shape: Shape = Shape(), trace_digest: str | None = None) -> CompiledDag:
-    """Compiled DAG of a zoo model, cached: every chunk of a sweep shares it.
-    With `trace` (a `compute.trace` file) the compute tasks carry the
-    measured per-layer forward and backward seconds (`sweep.graph.layer_trace`);
-    `trace_digest` (its contents' sha256) only keys the cache, so an edited
-    trace compiles afresh."""
-    model = zoo.get_model(name, seq_len)
+    """Compiled DAG of a model (`sweep.graph.zoo.model_of`), cached: every
+    chunk of a sweep shares it. With `trace` (a `compute.trace` file) the
+    compute tasks carry the measured per-layer forward and backward seconds
+    (`sweep.graph.layer_trace`); `trace_digest` (its contents' sha256) only
+    keys the cache, so an edited trace compiles afresh."""
     params = [l.params for l in model.layers]
+    activations = (model.activation_bytes, model.checkpointed_activation_bytes)
     if trace is None:
-        return compile_model(params, [l.forward_flops for l in model.layers], iterations, shape)
-    forward, backward = trace_times(trace, name, seq_len)
-    return compile_model(params, forward, iterations, shape, backward, traced=True)
+        return compile_model(params, [l.forward_flops for l in model.layers], iterations, shape,
+                             activations=activations)
+    forward, backward = trace_times(trace, model)
+    return compile_model(params, forward, iterations, shape, backward, traced=True, activations=activations)
 
 
 def shape_of(structure: dict) -> Shape:
@@ -89,5 +97,5 @@ def compile_structure_uncached(structure: dict) -> CompiledDag:
 
 def _compile_arguments(structure: dict) -> tuple:
     trace = structure.get("compute.trace")
-    return (structure["model"], structure.get("seq_len"), structure["iterations"], trace, shape_of(structure),
+    return (zoo.model_of(structure), structure["iterations"], trace, shape_of(structure),
             file_digest(trace) if trace is not None else None)

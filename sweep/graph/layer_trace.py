@@ -233,7 +233,7 @@ def match_trace(trace: LayerTrace, model: zoo.Model) -> tuple[np.ndarray, np.nda
 
 
 @functools.lru_cache(maxsize=64)
-def trace_times(path: str, model_name: str, seq_len: int | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Matched (forward, backward) seconds per layer of a zoo model, cached."""
-    forward, backward = match_trace(load_trace(path), zoo.get_model(model_name, seq_len))
+def trace_times(path: str, model: zoo.Model) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Matched (forward, backward) seconds per layer of a model, cached."""
+    forward, backward = match_trace(load_trace(path), model)
     return tuple(forward.tolist()), tuple(backward.tolist())

@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.codes import ALGORITHMS, BOTTLENECKS, STRATEGIES
+from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, STRATEGIES
 from kernels.iteration import iteration_outputs, schedule
+from kernels.outputs import OUTPUT
 from sweep.graph import zoo
 from sweep.graph.compiler import compile_structure
 from sweep.graph.dag import concretize
@@ -38,7 +39,7 @@ def explain(spec: Spec) -> dict:
     point = single_point(spec)
     structure = structure_of(spec, point)
     name = point["model"]
-    model = zoo.get_model(name, structure["seq_len"])
+    model = zoo.model_of(structure)
     compiled = compile_structure(structure)
     params = point_params(point, model, np.float64)
     with jax.enable_x64(True):
@@ -86,7 +87,7 @@ def explain(spec: Spec) -> dict:
         })
     first = [t for t in tasks if t["iteration"] == 1]
     phase = {kind: sum(t["duration"] for t in first if t["kind"] == kind) for kind in PHASES}
-    breakdown = {k: (BOTTLENECKS[int(v)] if k == "bottleneck" else float(v)) for k, v in outputs.items()}
+    breakdown = {k: (OUTPUT[k].flags[int(v)] if OUTPUT[k].flags else float(v)) for k, v in outputs.items()}
     breakdown["phases"] = phase
     lowered = compiled.lowered
     return {
@@ -101,6 +102,10 @@ def explain(spec: Spec) -> dict:
             "hierarchical.pipelined": bool(structure["hierarchical.pipelined"]),
             "zero": int(structure["zero"]),
             "accumulation": int(structure["accumulation"]),
+            "optimizer": OPTIMIZERS[int(params["optimizer"][0])],
+            "precision": PRECISIONS[int(params["precision"][0])],
+            "activation_checkpointing": bool(params["activation_checkpointing"][0]),
+            "gpu_memory": float(params["gpu_memory"][0]),
         },
         "lowering": {"mode": lowered.mode, "reason": lowered.reason,
                      "segments": len(lowered.program.segments), "tasks": len(dag.tasks)},
@@ -140,6 +145,8 @@ def format_explain(doc: dict) -> str:
         f"throughput                   {b['throughput']:12.1f} samples/s",
         f"speedup / efficiency         {b['speedup']:12.2f} x  / {100 * b['scaling_efficiency']:.1f} %",
         f"bottleneck                   {b['bottleneck']:>12}",
+        f"memory per GPU               {b['memory_per_gpu'] / 2**30:12.2f} GiB ({c['optimizer']}, {c['precision']}, "
+        f"fits: {b['fits_in_memory']})",
         "",
         "per iteration            time",
     ]

@@ -15,6 +15,7 @@ class Gpu:
     peak_flops: float  # dense FP32 FLOP/s: what the FLOP-based compute model divides by
     peak_flops_fp16: float  # dense FP16/BF16 (tensor cores where present), for reference
     memory_bandwidth: float  # bytes/s
+    memory: float  # bytes of device memory (the datasheet's GB are GiB for these HBM/GDDR sizes, except H200's 141 GB)
     source: str
 
 
@@ -36,24 +37,25 @@ class Link:
 
 _T = 1e12
 _G = 1e9
+_GiB = 2**30
 
 GPUS: dict[str, Gpu] = {g.name: g for g in (
-    Gpu("k80", 4.37 * _T, 4.37 * _T, 240 * _G,
-        "NVIDIA Tesla K80 datasheet: 8.73 TFLOPS FP32 boost, 480 GB/s per board of two GK210; one GPU is half"),
-    Gpu("p100", 10.6 * _T, 21.2 * _T, 732 * _G,
-        "NVIDIA Tesla P100 SXM2 datasheet: 10.6 TFLOPS FP32, 21.2 FP16, 732 GB/s HBM2"),
-    Gpu("p40", 11.76 * _T, 11.76 * _T, 346 * _G,
-        "NVIDIA Tesla P40 datasheet: 11.76 TFLOPS FP32 (no fast FP16), 346 GB/s GDDR5"),
-    Gpu("v100", 15.7 * _T, 125 * _T, 900 * _G,
-        "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOPS FP32, 125 tensor, 900 GB/s HBM2"),
-    Gpu("rtx2080ti", 13.45 * _T, 53.8 * _T, 616 * _G,
-        "NVIDIA Turing TU102 whitepaper (GeForce RTX 2080 Ti): 13.45 TFLOPS FP32, 53.8 FP16 tensor (FP32 accumulate), 616 GB/s"),
-    Gpu("a100", 19.5 * _T, 312 * _T, 2039 * _G,
-        "NVIDIA A100 80GB SXM datasheet: 19.5 TFLOPS FP32, 312 BF16 tensor dense, 2,039 GB/s HBM2e"),
-    Gpu("h100", 67 * _T, 989 * _T, 3350 * _G,
-        "NVIDIA H100 SXM datasheet: 67 TFLOPS FP32, 989 BF16 tensor dense, 3.35 TB/s HBM3"),
-    Gpu("h200", 67 * _T, 989 * _T, 4800 * _G,
-        "NVIDIA H200 SXM datasheet: 67 TFLOPS FP32, 989 BF16 tensor dense, 4.8 TB/s HBM3e"),
+    Gpu("k80", 4.37 * _T, 4.37 * _T, 240 * _G, 12 * _GiB,
+        "NVIDIA Tesla K80 datasheet: 8.73 TFLOPS FP32 boost, 480 GB/s per board of two GK210; one GPU is half, 12 GB GDDR5 per GPU"),
+    Gpu("p100", 10.6 * _T, 21.2 * _T, 732 * _G, 16 * _GiB,
+        "NVIDIA Tesla P100 SXM2 datasheet: 10.6 TFLOPS FP32, 21.2 FP16, 732 GB/s HBM2, 16 GB"),
+    Gpu("p40", 11.76 * _T, 11.76 * _T, 346 * _G, 24 * _GiB,
+        "NVIDIA Tesla P40 datasheet: 11.76 TFLOPS FP32 (no fast FP16), 346 GB/s GDDR5, 24 GB"),
+    Gpu("v100", 15.7 * _T, 125 * _T, 900 * _G, 32 * _GiB,
+        "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOPS FP32, 125 tensor, 900 GB/s HBM2 (32 GB model)"),
+    Gpu("rtx2080ti", 13.45 * _T, 53.8 * _T, 616 * _G, 11 * _GiB,
+        "NVIDIA Turing TU102 whitepaper (GeForce RTX 2080 Ti): 13.45 TFLOPS FP32, 53.8 FP16 tensor (FP32 accumulate), 616 GB/s, 11 GB GDDR6"),
+    Gpu("a100", 19.5 * _T, 312 * _T, 2039 * _G, 80 * _GiB,
+        "NVIDIA A100 80GB SXM datasheet: 19.5 TFLOPS FP32, 312 BF16 tensor dense, 2,039 GB/s HBM2e, 80 GB"),
+    Gpu("h100", 67 * _T, 989 * _T, 3350 * _G, 80 * _GiB,
+        "NVIDIA H100 SXM datasheet: 67 TFLOPS FP32, 989 BF16 tensor dense, 3.35 TB/s HBM3, 80 GB"),
+    Gpu("h200", 67 * _T, 989 * _T, 4800 * _G, 141e9,
+        "NVIDIA H200 SXM datasheet: 67 TFLOPS FP32, 989 BF16 tensor dense, 4.8 TB/s HBM3e, 141 GB"),
 )}
 
 LINKS: dict[str, Link] = {l.name: l for l in (

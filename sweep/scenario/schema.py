@@ -10,7 +10,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from kernels.codes import ALGORITHMS, STRATEGIES
+from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, STRATEGIES
 from sweep.scenario import catalog
 from sweep.scenario import presets
 from sweep.graph import zoo
@@ -95,13 +95,23 @@ def _link_keys(table: str, what: str, default: str, collective: bool = True) -> 
 
 
 KEYS: dict[str, Key] = {k.name: k for k in [
-    Key("model", str, None, "", "DNN model", choices=lambda: zoo.MODEL_NAMES, required=True),
+    Key("model", str, None, "", "DNN model: a zoo name, \"transformer\", or a model file (.csv, .json)",
+        choices=lambda: zoo.MODEL_NAMES + (zoo.TRANSFORMER,), required=True),
+    # The parametric GPT-style decoder (`model = "transformer"`, sweep.graph.zoo.decoder).
+    Key("transformer.layers", int, None, "", "decoder blocks", positive=True, maximum=4096),
+    Key("transformer.hidden", int, None, "", "hidden size", positive=True, maximum=1 << 20),
+    Key("transformer.heads", int, None, "", "attention heads", positive=True, maximum=4096),
+    Key("transformer.ffn", int, None, "", "MLP width (unset: 4 x hidden)", positive=True, maximum=1 << 22),
+    Key("transformer.vocab", int, None, "tokens", "vocabulary size (unset: GPT-2's 50,257)", positive=True,
+        maximum=1 << 24),
     Key("batch_size", int, None, "samples", "per-GPU batch size", positive=True, maximum=EXACT_INT, required=True),
     Key("seq_len", int, None, "tokens", "sequence length (transformers)", positive=True, maximum=EXACT_INT),
     Key("nodes", int, 1, "", "nodes", positive=True, maximum=MAX_WORKERS),
     Key("gpus_per_node", int, 1, "", "GPUs per node", positive=True, maximum=MAX_WORKERS),
     Key("gpu.name", str, "v100", "", "GPU", choices=lambda: tuple(catalog.GPUS)),
     Key("gpu.peak_flops", float, None, "FLOP/s", "GPU peak FP32 rate", minimum=1.0, maximum=1e21),
+    Key("gpu.memory", float, None, "bytes", "GPU memory (fits_in_memory compares memory_per_gpu with it)",
+        positive=True, maximum=1e18),
     _bandwidth("gpu.memory_bandwidth", "bytes/s", "GPU memory bandwidth"),
     Key("strategy", str, None, "", "gradient communication strategy", choices=lambda: STRATEGIES),
     Key("algorithm", str, None, "", "all-reduce algorithm", choices=lambda: ALGORITHMS),
@@ -136,13 +146,20 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "hierarchical all-reduce as three pipelined stages (intra reduce-scatter, inter all-reduce, intra "
         "all-gather) on channels of their own"),
     Key("zero", int, 0, "", "ZeRO stage (3: FSDP full sharding)", minimum=0, maximum=3),
+    # Memory per GPU (kernels.memory): model states by optimizer, precision and ZeRO stage, and activations.
+    Key("optimizer", str, "momentum", "", "optimizer, for its states in memory (sgd: none, momentum: 1, adam: 2)",
+        choices=lambda: OPTIMIZERS),
+    Key("precision", str, "fp32", "", "training precision, for memory (mixed: fp16 weights, gradients and "
+                                      "activations, fp32 master weights)", choices=lambda: PRECISIONS),
+    Key("activation_checkpointing", bool, False, "", "keep only segment boundaries' activations and recompute "
+                                                     "the rest in backward (memory only)"),
     Key("accumulation", int, 1, "micro-batches", "micro-batches per step (gradient accumulation)", positive=True,
         maximum=1024),
 ]}
 
 # Keys that change the DAG's shape or layer data: a sweep compiles once per value.
 STRUCTURAL = ("model", "seq_len", "iterations", "compute.trace", "update", "hierarchical.pipelined", "zero",
-              "accumulation")
+              "accumulation", *zoo.TRANSFORMER_KEYS)
 
 # A bare string for these tables names the catalog entry.
 TABLES_WITH_NAME = ("gpu", "intra", "inter", "h2d")
@@ -165,6 +182,8 @@ def check_value(written: str, value: object) -> object:
         if not isinstance(value, str):
             raise SpecError(written, value, "must be a string")
         valid = key.choices() if key.choices else None
+        if key.name == "model" and zoo.is_model_file(value):
+            return value  # a path: read and checked with the scenario's other keys (spec._check_models)
         if valid is not None and value not in valid:
             raise SpecError(written, value, f"unknown {key.long_name}; "
                                             f"{closest(value, valid, 'ssgd-sweep models' if key.name == 'model' else '')}")

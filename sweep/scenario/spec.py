@@ -7,6 +7,7 @@ once, on the host; everything downstream trusts a `Spec`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import tomllib
@@ -147,19 +148,29 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
 
 
 def _resolve_traces(fixed: dict, axes: list, base_dir: Path | None) -> tuple[dict, list]:
-    """`compute.trace` paths relative to the scenario file's directory."""
+    """`compute.trace` and model file paths relative to the scenario file's directory."""
     if base_dir is None:
         return fixed, axes
 
-    def resolve(value: str) -> str:
+    def resolve(key: str, value: str) -> str:
+        if key == "model" and not zoo.is_model_file(value):
+            return value
         return value if os.path.isabs(value) else str(base_dir / value)
 
-    key = "compute.trace"
-    if key in fixed:
-        fixed = {**fixed, key: resolve(fixed[key])}
-    axes = [dataclasses.replace(a, values=tuple(resolve(v) for v in a.values)) if a.key == key else a
-            for a in axes]
+    for key in ("compute.trace", "model"):
+        if key in fixed:
+            fixed = {**fixed, key: resolve(key, fixed[key])}
+        axes = [dataclasses.replace(a, values=tuple(resolve(key, v) for v in a.values)) if a.key == key else a
+                for a in axes]
     return fixed, axes
+
+
+def model_combinations(spec: Spec):
+    """Every combination of the keys that name a model (`model`, `seq_len`,
+    `transformer.*`) the scenario can take, as dicts of canonical keys."""
+    keys = ("model", "seq_len", *zoo.TRANSFORMER_KEYS)
+    for values in itertools.product(*(spec.values(k) for k in keys)):
+        yield dict(zip(keys, values))
 
 
 def _check_traces(spec: Spec) -> None:
@@ -169,9 +180,8 @@ def _check_traces(spec: Spec) -> None:
         return
     for trace in traces:
         refresh(trace)  # a file edited since it was loaded in this process is read again
-        for model in spec.values("model"):
-            for seq_len in spec.values("seq_len"):
-                trace_times(trace, model, seq_len)
+        for values in model_combinations(spec):
+            trace_times(trace, zoo.model_of(values))
 
 
 def sample_table(sample: Sample) -> dict:
@@ -284,13 +294,20 @@ def _check_workers(spec: Spec) -> None:
 
 
 def _check_models(spec: Spec) -> None:
-    """Every model and sequence length pair must exist in the zoo."""
-    for model in spec.values("model"):
-        for seq_len in spec.values("seq_len"):
-            try:
-                zoo.get_model(model, seq_len)
-            except ValueError as err:
-                raise SpecError("seq_len", seq_len, f"invalid for {model}: {err}")
+    """Every model (zoo name and sequence length, transformer shape, or
+    model file) must build."""
+    for values in model_combinations(spec):
+        model, seq_len = values["model"], values["seq_len"]
+        transformer = {k: values[k] for k in zoo.TRANSFORMER_KEYS if values[k] is not None}
+        if transformer and model != zoo.TRANSFORMER:
+            key = next(iter(transformer))
+            raise SpecError(key, transformer[key], f'applies to model = "{zoo.TRANSFORMER}" only, not {model!r}')
+        try:
+            zoo.model_of(values)
+        except SpecError:
+            raise
+        except ValueError as err:
+            raise SpecError("seq_len", seq_len, f"invalid for {model}: {err}")
 
 
 def possible_values(spec: Spec, key: str) -> set[str]:

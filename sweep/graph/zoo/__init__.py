@@ -27,6 +27,12 @@ Conventions
   are trained and send gradients: GoogLeNet's aux1/aux2 (torchvision
   ``aux_logits=True``, 13,004,888 params in all) and Inception v3's AuxLogits
   (27,161,264 params in all).
+* ``output_bytes`` is each layer's output per sample in float32: the
+  activations training keeps for the backward pass (attention scores: the
+  weights, heads x seq_len^2, and the weighted values).
+* GPT-3 sizes (``gpt3_1.3b``, ``gpt3_6.7b``, ``gpt3_13b``) and the
+  parametric ``model = "transformer"`` are GPT-2-style decoders
+  (`decoder`); a user's own model comes from a file (`model_file`).
 * Inputs: CNNs take 224x224 RGB images (Inception v3 299x299), 1000 classes;
   ``input_bytes`` is 3*H*W*4 (float32). BERT is fed three int64 tensors
   (ids, attention mask, token types), GPT-2 one (ids): seq_len*8 bytes each.
@@ -35,13 +41,20 @@ Conventions
 """
 
 from .model import Layer, Model
-from .registry import MODEL_NAMES, UnknownModelError, default_seq_len, get_model
+from .model_file import is_model_file
+from .registry import (MODEL_NAMES, TRANSFORMER, TRANSFORMER_KEYS, UnknownModelError, default_seq_len, get_model,
+                       is_valid_name, model_of)
 
 __all__ = [
     "Layer",
     "Model",
     "MODEL_NAMES",
+    "TRANSFORMER",
+    "TRANSFORMER_KEYS",
     "UnknownModelError",
     "default_seq_len",
     "get_model",
+    "is_model_file",
+    "is_valid_name",
+    "model_of",
 ]

@@ -17,24 +17,24 @@ DEFAULT_SEQ_LEN = 128
 
 
 CONFIGS = {
-    "bert_base": TransformerConfig(hidden=768, num_layers=12),
-    "bert_large": TransformerConfig(hidden=1024, num_layers=24),
+    "bert_base": TransformerConfig(hidden=768, num_layers=12, heads=12),
+    "bert_large": TransformerConfig(hidden=1024, num_layers=24, heads=16),
 }
 
 
 def bert(cfg: TransformerConfig, seq_len: int) -> LayerRecorder:
     r = LayerRecorder()
     h, s = cfg.hidden, seq_len
-    r.add(L.embedding("embeddings.word_embeddings", VOCAB_SIZE, h))
+    r.add(L.embedding("embeddings.word_embeddings", VOCAB_SIZE, h, tokens=s))
     # Hugging Face adds token-type embeddings before position embeddings.
-    r.add(L.embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, h))
-    r.add(L.embedding("embeddings.position_embeddings", MAX_POSITIONS, h))
+    r.add(L.embedding("embeddings.token_type_embeddings", TYPE_VOCAB_SIZE, h, tokens=s))
+    r.add(L.embedding("embeddings.position_embeddings", MAX_POSITIONS, h, tokens=s))
     r.add(L.layernorm("embeddings.LayerNorm", h, tokens=s))
     for i in range(cfg.num_layers):
         p = f"encoder.layer.{i}"
         for proj in ("query", "key", "value"):
             r.linear(f"{p}.attention.self.{proj}", h, h, tokens=s)
-        r.add(L.attention_scores(f"{p}.attention.self.scores", s, h))
+        r.add(L.attention_scores(f"{p}.attention.self.scores", s, h, cfg.heads))
         r.linear(f"{p}.attention.output.dense", h, h, tokens=s)
         r.add(L.layernorm(f"{p}.attention.output.LayerNorm", h, tokens=s))
         r.linear(f"{p}.intermediate.dense", h, cfg.intermediate, tokens=s)

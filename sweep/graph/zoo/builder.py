@@ -16,13 +16,15 @@ from .model import Layer, Model
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Width and depth of a BERT or GPT-2 stack (both have 4x wide MLPs)."""
+    """Width and depth of a BERT or GPT-style stack (4x wide MLPs unless `ffn` is given)."""
     hidden: int
     num_layers: int
+    heads: int
+    ffn: int | None = None
 
     @property
     def intermediate(self) -> int:
-        return 4 * self.hidden
+        return 4 * self.hidden if self.ffn is None else self.ffn
 
 
 class LayerRecorder:

@@ -4,6 +4,7 @@ Every helper returns a :class:`Layer`; the convolution also returns the shape
 of its output so a network definition can thread shapes through its stages.
 FLOP convention (see the package docstring): 2 per multiply-accumulate, 2 per
 output element of a norm layer, 0 for embedding look-ups, biases ignored.
+Activations: each layer's output per sample, 4 bytes (float32) per element.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import dataclasses
 import math
 
 from .model import Layer
+
+ACTIVATION_BYTES = 4  # float32
 
 Size2 = int | tuple[int, int]
 
@@ -83,35 +86,37 @@ def conv2d(name: str, x: FeatureMap, out_channels: int, kernel: Size2,
     params = weights + (out_channels if bias else 0)
     # Each output element is a dot product over (in/groups)*kh*kw inputs.
     macs = out.height * out.width * weights
-    return Layer(name, params, 2.0 * macs), out
+    return Layer(name, params, 2.0 * macs, ACTIVATION_BYTES * out.elements), out
 
 
 def batchnorm2d(name: str, x: FeatureMap) -> Layer:
     # Trainable: per-channel scale and shift (running stats are buffers).
-    return Layer(name, 2 * x.channels, 2.0 * x.elements)
+    return Layer(name, 2 * x.channels, 2.0 * x.elements, ACTIVATION_BYTES * x.elements)
 
 
 def linear(name: str, in_features: int, out_features: int, *,
            tokens: int = 1, bias: bool = True) -> Layer:
     """A dense layer applied to ``tokens`` positions of one sample."""
     params = in_features * out_features + (out_features if bias else 0)
-    return Layer(name, params, 2.0 * tokens * in_features * out_features)
+    return Layer(name, params, 2.0 * tokens * in_features * out_features, ACTIVATION_BYTES * tokens * out_features)
 
 
 def layernorm(name: str, features: int, *, tokens: int = 1) -> Layer:
-    return Layer(name, 2 * features, 2.0 * tokens * features)
+    return Layer(name, 2 * features, 2.0 * tokens * features, ACTIVATION_BYTES * tokens * features)
 
 
-def embedding(name: str, num_embeddings: int, dim: int) -> Layer:
+def embedding(name: str, num_embeddings: int, dim: int, *, tokens: int = 1) -> Layer:
     # A table look-up: parameters but no arithmetic.
-    return Layer(name, num_embeddings * dim, 0.0)
+    return Layer(name, num_embeddings * dim, 0.0, ACTIVATION_BYTES * tokens * dim)
 
 
-def attention_scores(name: str, seq_len: int, hidden: int) -> Layer:
+def attention_scores(name: str, seq_len: int, hidden: int, heads: int) -> Layer:
     """Q K^T and attention-weights x V over all heads of one sample.
 
     Each is seq_len x seq_len x head_dim MACs per head, i.e. seq_len^2 * hidden
-    MACs over all heads; the full square is computed even for causal masks.
+    MACs over all heads (whatever the head count); the full square is
+    computed even for causal masks. Its outputs are the attention weights
+    (heads x seq_len^2) and the weighted values (seq_len x hidden).
     """
     macs = 2 * seq_len * seq_len * hidden
-    return Layer(name, 0, 2.0 * macs)
+    return Layer(name, 0, 2.0 * macs, ACTIVATION_BYTES * (heads * seq_len * seq_len + seq_len * hidden))
