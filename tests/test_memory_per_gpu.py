@@ -75,3 +75,20 @@ def test_fits_against_the_catalog_or_the_given_memory(cli, write_spec, tmp_path)
     data = run(cli, write_spec, tmp_path, f'model = "{model}"\nbatch_size = 1\n'
                                           '[gpu]\nname = "k80"\nmemory = [17.9e9, 18.1e9]\n')
     assert data.fits_in_memory.values.tolist() == [0, 1]
+
+
+def test_mixed_precision_computes_on_tensor_cores_and_sends_half_the_bytes(cli, write_spec, tmp_path):
+    """A100: 19.5 TFLOP/s FP32, 312 BF16 (catalog); the update stays memory-bound."""
+    data = run(cli, write_spec, tmp_path, 'model = "resnet50"\nbatch_size = 64\nnodes = 4\ngpu = "a100"\n'
+                                          'precision = ["fp32", "mixed"]\n[inter]\nalpha = 0.0\n')
+    update = 16 * 25_557_032 / 2039e9
+    compute = data.compute_time.values - update
+    assert compute[1] / compute[0] == pytest.approx(19.5 / 312, rel=1e-5)
+    comm = data.communication_time.values
+    assert comm[1] / comm[0] == pytest.approx(0.5, rel=1e-3)  # latency-free link: bytes alone
+    # Given explicitly, the scenario's own values win.
+    given = run(cli, write_spec, tmp_path, 'model = "resnet50"\nbatch_size = 64\nnodes = 4\n'
+                                           'precision = ["fp32", "mixed"]\ngrad_bytes = 4\n'
+                                           '[gpu]\nname = "a100"\npeak_flops = 19.5e12\n[inter]\nalpha = 0.0\n')
+    np.testing.assert_allclose(given.compute_time.values, data.compute_time.values[0], rtol=1e-6)
+    np.testing.assert_allclose(given.communication_time.values, comm[0], rtol=1e-6)

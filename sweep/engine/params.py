@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, STRATEGIES
+from kernels.codes import ALGORITHMS, MIXED, OPTIMIZERS, PRECISIONS, STRATEGIES
 from kernels.collectives import LINK_FALLBACK, LINK_FIELDS
 from kernels.parameters import CODES, Params
 from sweep.scenario import catalog
@@ -78,6 +78,9 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
             return get("preset", lambda name: encode(getattr(presets.PRESETS[name], field)))
         return np.full(default_size, encode(default), value_dtype)
 
+    # Mixed precision computes on the tensor cores and sends 2-byte gradients,
+    # unless the scenario gives gpu.peak_flops or grad_bytes itself.
+    mixed = get("precision", PRECISIONS.index) == MIXED
     nodes = get("nodes")
     gpus_per_node = get("gpus_per_node")
     workers = nodes * gpus_per_node
@@ -88,7 +91,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         "workers": workers,
         "log2_workers": np.ceil(np.log2(workers)),
         "servers": given_or("ps.servers", nodes),
-        "peak_flops": given_or("gpu.peak_flops", get("gpu.name", lambda g: catalog.GPUS[g].peak_flops)),
+        "peak_flops": given_or("gpu.peak_flops", np.where(mixed, get("gpu.name", lambda g: catalog.GPUS[g].peak_flops_fp16),
+                                                          get("gpu.name", lambda g: catalog.GPUS[g].peak_flops))),
         "memory_bandwidth": given_or("gpu.memory_bandwidth",
                                      get("gpu.name", lambda g: catalog.GPUS[g].memory_bandwidth)),
         "efficiency": get("compute.efficiency"),
@@ -96,7 +100,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         "bwd_ratio": get("compute.bwd_ratio"),
         "measured_throughput": given_or("compute.measured_throughput", np.zeros(default_size)),
         "update_bytes_per_param": get("compute.update_bytes_per_param"),
-        "grad_bytes": get("grad_bytes"),
+        "grad_bytes": given_or("grad_bytes", np.where(mixed, 2.0, get("grad_bytes"))),
         "io_time_per_sample": get("io.time_per_sample"),
         "sample_bytes": given_or("io.sample_bytes", np.full(default_size, float(model.input_bytes))),
         "prefetch": from_preset("io.prefetch", "prefetch", DEFAULT_PREFETCH, float),

@@ -149,8 +149,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     # Memory per GPU (kernels.memory): model states by optimizer, precision and ZeRO stage, and activations.
     Key("optimizer", str, "momentum", "", "optimizer, for its states in memory (sgd: none, momentum: 1, adam: 2)",
         choices=lambda: OPTIMIZERS),
-    Key("precision", str, "fp32", "", "training precision, for memory (mixed: fp16 weights, gradients and "
-                                      "activations, fp32 master weights)", choices=lambda: PRECISIONS),
+    Key("precision", str, "fp32", "", "training precision (mixed: fp16 weights, gradients and activations, "
+                                      "fp32 master weights; the GPU's FP16/BF16 peak, 2-byte gradients)",
+        choices=lambda: PRECISIONS),
     Key("activation_checkpointing", bool, False, "", "keep only segment boundaries' activations and recompute "
                                                      "the rest in backward (memory only)"),
     Key("accumulation", int, 1, "micro-batches", "micro-batches per step (gradient accumulation)", positive=True,
