@@ -21,9 +21,9 @@ from sweep.graph.compiler import compile_structure
 from sweep.engine.evaluate import evaluate_params
 from sweep.engine.params import grid_columns, kernel_params
 from sweep.engine.plan import structural_groups
-from sweep.scenario.schema import KEYS, STRUCTURAL
+from sweep.scenario.schema import KEYS
 from sweep.errors import SpecError
-from sweep.scenario.spec import Spec
+from sweep.scenario.spec import Spec, structural_keys
 
 LOWEST, HIGHEST = 1e6, 1e13  # bytes/s: 8 Mb/s to 80 Tb/s
 STEPS = 32  # halves a 7-decade bracket to a ratio of 1 + 4e-9
@@ -85,7 +85,8 @@ def required_inter_bandwidth(spec: Spec, target: float = 0.9, steps: int = STEPS
 def _groups(spec: Spec):
     """(grid selector, parameter arrays, compiled DAG) per structural group
     (`sweep.engine.plan.structural_groups`), every other configuration in one block."""
-    inner_axes = [i for i, a in enumerate(spec.axes) if a.key not in STRUCTURAL]
+    structural = structural_keys(spec)
+    inner_axes = [i for i, a in enumerate(spec.axes) if a.key not in structural]
     inner_shape = tuple(len(spec.axes[i].values) for i in inner_axes)
     size = math.prod(inner_shape)
     per_axis = np.unravel_index(np.arange(size), inner_shape) if inner_shape else ()

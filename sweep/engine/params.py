@@ -72,15 +72,17 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         return get(key) if key in columns else fallback
 
     def from_preset(key: str, field: str, default, encode=lambda v: v) -> np.ndarray:
+        """The key's values, else its preset's (a field a preset leaves None: the default)."""
         if key in columns:
             return get(key, encode)
         if "preset" in columns:
-            return get("preset", lambda name: encode(getattr(presets.PRESETS[name], field)))
+            return get("preset", lambda name: encode(_or(getattr(presets.PRESETS[name], field), default)))
         return np.full(default_size, encode(default), value_dtype)
 
     # Mixed precision computes on the tensor cores and sends 2-byte gradients,
     # unless the scenario gives gpu.peak_flops or grad_bytes itself.
-    mixed = get("precision", PRECISIONS.index) == MIXED
+    precision = from_preset("precision", "precision", KEYS["precision"].default, PRECISIONS.index)
+    mixed = precision == MIXED
     nodes = get("nodes")
     gpus_per_node = get("gpus_per_node")
     workers = nodes * gpus_per_node
@@ -107,8 +109,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         "strategy": from_preset("strategy", "strategy", presets.DEFAULT_STRATEGY, STRATEGIES.index),
         "algorithm": from_preset("algorithm", "algorithm", presets.DEFAULT_ALGORITHM, ALGORITHMS.index),
         "bucket_bytes": from_preset("bucket_bytes", "bucket_bytes", DEFAULT_BUCKET_BYTES),
-        "optimizer": get("optimizer", OPTIMIZERS.index),
-        "precision": get("precision", PRECISIONS.index),
+        "optimizer": from_preset("optimizer", "optimizer", KEYS["optimizer"].default, OPTIMIZERS.index),
+        "precision": precision,
         "activation_checkpointing": get("activation_checkpointing", float),
         "gpu_memory": given_or("gpu.memory", get("gpu.name", lambda g: catalog.GPUS[g].memory)),
     }
@@ -132,6 +134,10 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
     out = {k: v.astype(dtype, copy=False) for k, v in p.items()}
     out.update({name: p[name].astype(np.int32) for name in CODES})
     return Params.of(out)
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 def link_extension(table: str, alpha: np.ndarray, bandwidth: np.ndarray, given_or, size: int) -> dict:

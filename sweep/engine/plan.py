@@ -16,8 +16,7 @@ import math
 import numpy as np
 
 from sweep.engine.params import Column, grid_columns
-from sweep.scenario.schema import STRUCTURAL
-from sweep.scenario.spec import Spec
+from sweep.scenario.spec import Spec, resolve_zero, structural_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +34,9 @@ class Plan:
     def __init__(self, spec: Spec, target: int, multiple: int = 1):
         self.spec = spec
         grid = list(spec.axes)
-        self.group_axes = [i for i, a in enumerate(grid) if a.key in STRUCTURAL]
-        self.inner_axes = [i for i, a in enumerate(grid) if a.key not in STRUCTURAL]
+        structural = structural_keys(spec)
+        self.group_axes = [i for i, a in enumerate(grid) if a.key in structural]
+        self.inner_axes = [i for i, a in enumerate(grid) if a.key not in structural]
         if spec.sample is not None:
             self.inner_axes.append(len(grid))  # the `config` dimension, last
         inner_shape = [spec.shape[i] for i in self.inner_axes]
@@ -139,14 +139,16 @@ class Plan:
 
 
 def structure_of(spec: Spec, chosen: dict) -> dict:
-    """The structural keys' values (`sweep.scenario.schema.STRUCTURAL`) of a group,
-    from the values `chosen` on its structural axes: what decides the DAG."""
-    return {key: spec.value(key, chosen) for key in STRUCTURAL}
+    """The structural keys' values (`sweep.scenario.spec.structural_keys`) of a
+    group, from the values `chosen` on its structural axes: what decides the
+    DAG (a ZeRO preset's stage included)."""
+    return resolve_zero({key: spec.value(key, chosen) for key in structural_keys(spec)}, spec.given("zero"))
 
 
 def structural_groups(spec: Spec):
     """(structure, {axis index: value index}) of every structural group."""
-    group_axes = [i for i, a in enumerate(spec.axes) if a.key in STRUCTURAL]
+    structural = structural_keys(spec)
+    group_axes = [i for i, a in enumerate(spec.axes) if a.key in structural]
     for group in itertools.product(*(range(len(spec.axes[i].values)) for i in group_axes)):
         chosen = {spec.axes[i].key: spec.axes[i].values[g] for i, g in zip(group_axes, group)}
         yield structure_of(spec, chosen), dict(zip(group_axes, group))

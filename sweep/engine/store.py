@@ -38,9 +38,9 @@ from sweep.graph.layer_trace import file_digest
 from sweep.graph.zoo.model_file import file_digest as model_file_digest
 from sweep.scenario.sensitivity import is_sensitivity, key_of, variable_name
 from sweep.scenario.sensitivity import units as sensitivity_units
-from sweep.scenario.schema import KEYS, STRUCTURAL
+from sweep.scenario.schema import KEYS
 from sweep.errors import SpecError
-from sweep.scenario.spec import Spec
+from sweep.scenario.spec import Spec, structural_keys
 
 SPACE_MARGIN = 1 << 20  # bytes kept free beyond a chunk's data, for HDF5's metadata and the journal
 RESUME_HINT = "; the finished chunks are journaled: free space and run the same command again to resume"
@@ -96,7 +96,8 @@ def lowering_summary(spec: Spec) -> str:
     """How each structural group's DAG is evaluated (sweep.graph.lowering): the
     contracted stream program or the unrolled one, with the reason, labelled by
     the structural keys that vary across the cube."""
-    varying = [a.key for a in spec.axes if a.key in STRUCTURAL]
+    structural = structural_keys(spec)
+    varying = [a.key for a in spec.axes if a.key in structural]
     parts = []
     for structure, _ in structural_groups(spec):
         lowered = compile_structure(structure).lowered

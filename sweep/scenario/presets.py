@@ -22,6 +22,10 @@ class Preset:
     bucket_bytes: int
     prefetch: bool
     why: str
+    # Set by the ZeRO / FSDP presets only (None: the key's own default).
+    zero: int | None = None  # a structural key: such a preset is its own DAG shape
+    optimizer: str | None = None
+    precision: str | None = None
 
 
 MiB = 1 << 20
@@ -48,4 +52,29 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("byteps", "wfbp", "ps", 4 * MiB, True,
            "BytePS reduces inside the node, then pushes each tensor to servers as it "
            "becomes ready and pulls it back (per-tensor, priority scheduled)."),
+    # DeepSpeed's defaults (deepspeed.ai, "DeepSpeed Configuration JSON", zero_optimization):
+    # reduce_bucket_size 5e8 elements (1e9 bytes of fp16 gradients), overlap_comm false
+    # for stages 1 and 2, true for stage 3; trained with fp16/bf16 and Adam.
+    Preset("deepspeed-zero1", "fusion", "ring", 1_000_000_000, True,
+           "DeepSpeed ZeRO stage 1: optimizer states sharded; gradients reduce-scattered once backward ends "
+           "(overlap_comm off by default), each GPU updates its shard, then the parameters are all-gathered.",
+           zero=1, optimizer="adam", precision="mixed"),
+    Preset("deepspeed-zero2", "fusion", "ring", 1_000_000_000, True,
+           "DeepSpeed ZeRO stage 2: gradients sharded too, reduce-scattered bucket by bucket "
+           "(reduce_bucket_size 5e8 elements) during backward; the updated shards are all-gathered.",
+           zero=2, optimizer="adam", precision="mixed"),
+    Preset("deepspeed-zero3", "fusion", "ring", 1_000_000_000, True,
+           "DeepSpeed ZeRO stage 3: parameters sharded too, all-gathered before each layer's forward and "
+           "backward (prefetched) and freed after; gradients reduce-scattered in 5e8-element buckets.",
+           zero=3, optimizer="adam", precision="mixed"),
+    Preset("pytorch-fsdp", "wfbp", "ring", 25 * MiB, True,
+           "PyTorch FullyShardedDataParallel (FULL_SHARD): ZeRO-3 with each layer as its own unit: "
+           "all-gather before its forward and backward (backward prefetch), reduce-scatter of its gradient "
+           "as its backward ends; mixed precision and Adam as in typical use.",
+           zero=3, optimizer="adam", precision="mixed"),
 )}
+
+
+def preset_zero(name: str | None) -> int | None:
+    """The ZeRO stage a preset sets (None: it leaves `zero` alone)."""
+    return None if name is None else PRESETS[name].zero

@@ -19,7 +19,7 @@ import tomli_w
 from kernels.outputs import OUTPUTS
 from sweep.graph import zoo
 from sweep.graph.layer_trace import refresh, trace_times
-from sweep.scenario.presets import DEFAULT_ALGORITHM, DEFAULT_STRATEGY, PRESETS
+from sweep.scenario.presets import DEFAULT_ALGORITHM, DEFAULT_STRATEGY, PRESETS, preset_zero
 from sweep.scenario.sample import Sample, parse_sample
 from sweep.scenario.sensitivity import check_sensitivity, is_sensitivity
 from sweep.scenario.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, canonical, check_value
@@ -310,6 +310,34 @@ def _check_models(spec: Spec) -> None:
             raise SpecError("seq_len", seq_len, f"invalid for {model}: {err}")
 
 
+def structural_keys(spec: Spec) -> tuple[str, ...]:
+    """The keys that decide a configuration's DAG: `STRUCTURAL`, and
+    `preset` when a preset of the scenario sets the ZeRO stage (and the
+    scenario does not set `zero` itself)."""
+    if not spec.given("zero") and any(preset_zero(p) is not None for p in spec.values("preset")):
+        return STRUCTURAL + ("preset",)
+    return STRUCTURAL
+
+
+def resolve_zero(values: dict, zero_given: bool) -> dict:
+    """`values` (structural keys and `preset`) with `zero` taken from the
+    preset when the scenario leaves it unset and the preset sets it."""
+    zero = None if zero_given else preset_zero(values.get("preset"))
+    return values if zero is None else {**values, "zero": zero}
+
+
+def _zero_and_algorithms(spec: Spec, algorithms: set[str]) -> set[tuple[int, frozenset]]:
+    """Each ZeRO stage the scenario's configurations can take, with the
+    algorithms that go with it (a ZeRO preset brings its own algorithm)."""
+    if spec.given("zero") or all(preset_zero(p) is None for p in spec.values("preset")):
+        return {(zero, frozenset(algorithms)) for zero in spec.values("zero")}
+    pairs = set()
+    for preset in spec.values("preset"):
+        own = {PRESETS[preset].algorithm if preset else DEFAULT_ALGORITHM}
+        pairs.add((preset_zero(preset) or 0, frozenset(spec.values("algorithm") if spec.given("algorithm") else own)))
+    return pairs
+
+
 def possible_values(spec: Spec, key: str) -> set[str]:
     """Every value of `strategy` or `algorithm` the scenario's configurations
     can take (explicit, or from their presets, or the default). Decided per
@@ -325,7 +353,13 @@ def possible_values(spec: Spec, key: str) -> set[str]:
 def _check_shapes(spec: Spec) -> None:
     """The DAG shapes of DESIGN 2.5 that do not combine."""
     algorithms = possible_values(spec, "algorithm")
-    for zero in spec.values("zero"):
+    if not spec.given("zero"):
+        sampled = [d for d in (spec.sample.dimensions if spec.sample else ()) if d.key == "preset"]
+        zero_presets = [p for d in sampled for p in d.choices if preset_zero(p) is not None]
+        if zero_presets:
+            raise SpecError(f"sample.{sampled[0].name}", zero_presets[0],
+                            "sets the ZeRO stage, which changes the DAG: sweep presets with a list outside [sample]")
+    for zero, algorithms in sorted(_zero_and_algorithms(spec, algorithms)):
         if zero == 0:
             continue
         if "layerwise" in spec.values("update"):
