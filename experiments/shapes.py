@@ -210,15 +210,13 @@ def findings(cube: xr.Dataset) -> list[str]:
     text = (f"**Layerwise update**: {_span(lw)} of the barrier time (best {best:.3f}x: {_cell(at)}); faster in "
             f"{_count(lw < 1)} cells, by {ms * float(gain.min()):.1f}-{ms * float(gain.max()):.1f} ms. With free "
             f"communication it saves {ms * float(free_gain.min()):.1f}-{ms * float(free_gain.max()):.1f} ms: the "
-            "per-layer updates leave the compute chain (they run on their own `optimizer` resource).")
+            "per-layer updates leave the compute chain (each runs once its gradient is in).")
     if float(more_exposed.min()) > -1e-4:
         text += (" It hides no communication (exposed communication never falls by more than "
                  f"{ms * max(0.0, -float(more_exposed.min())):.2f} ms): the channel sends in backward order, so "
                  "layer 1's gradient goes last and the next `fwd_1` waits for it as it waits for the barrier")
         if worst > 1e-4:
-            text += (f"; the optimizer serves the updates in the same order, so where a last bucket holds several "
-                     f"layers their updates queue before layer 1's ({ms * worst:.1f} ms more exposed: "
-                     f"{_cell(worst_at)})")
+            text += f" ({ms * worst:.1f} ms more exposed at worst: {_cell(worst_at)})"
         text += "."
     out.append(text)
 

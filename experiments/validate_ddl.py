@@ -11,16 +11,15 @@ How the seven methods map onto the model (`scenario_keys`):
   BSP-A2A            strategy bsp     all-reduce after the backward pass
   WFBP-A2A           strategy wfbp    one all-reduce per tensor (Horovod, threshold 0)
   MG-WFBP            strategy mgwfbp  the model's own merged-gradient rule
-  ByteScheduler-A2A  strategy wfbp    per tensor; NOT modelled: ByteScheduler's
-                                      partitioning, credit-based priority scheduling
-                                      and overlap of communication with the next
-                                      forward pass (the DAG's FIFO channel and update
-                                      barrier cannot express them), so it is
-                                      predicted as WFBP-A2A
+  ByteScheduler-A2A  strategy wfbp    per tensor, as WFBP-A2A (tasks a and b), or
+                                      strategy priority, update layerwise: ByteScheduler's
+                                      partitions (its default 1,000,000 parameters, 4 MB),
+                                      credit (16 MB), priority order and overlap with the
+                                      next forward pass (task c sets both side by side)
   BSP-PS, WFBP-PS    strategy bsp / wfbp, algorithm ps (BytePS: S = nodes servers
                      on machines of their own) with ps.pipelined, as BytePS streams
                      tensor partitions through local reduce, push and pull
-  ByteScheduler-PS   as WFBP-PS (same caveat as ByteScheduler-A2A)
+  ByteScheduler-PS   as WFBP-PS, or with the priority strategy (task c)
 The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `rhd`:
 a log-depth latency term (NCCL runs trees for small tensors) with the
 bandwidth term of a ring. On one node the PS methods are modelled as a local
@@ -39,6 +38,10 @@ Two tasks, each against a naive baseline computed here:
       naive: linear from 8 GPUs (throughput(P) = throughput(8) * P / 8);
   (b) cross-method: calibrate on WFBP-A2A rows only (every GPU count), predict
       the other six methods at >= 8 GPUs; naive: the WFBP-A2A throughput.
+  (c) ByteScheduler: calibrate on the five other methods (every GPU count),
+      predict the ByteScheduler rows at >= 8 GPUs, once mapped as WFBP and
+      once as the priority strategy (the same fit); naive: the nearest
+      training row (the same model and GPUs with WFBP) scaled linearly.
 
     python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML]
 
@@ -83,7 +86,8 @@ METHODS = {  # method -> (strategy, family)
     "ByteScheduler-PS": ("wfbp", "ps"),
 }
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "compute.measured_throughput", "throughput")
+           "ps.pipelined", "update", "compute.measured_throughput", "throughput")
+BYTESCHEDULER = ("ByteScheduler-A2A", "ByteScheduler-PS")
 FULL = FitOptions()
 QUICK = FitOptions(starts=2, steps=300, polish=100)
 
@@ -102,40 +106,45 @@ def load(path: Path) -> tuple[list[dict], dict[str, float]]:
     return rows, single
 
 
-def scenario_keys(record: dict, single: dict[str, float]) -> dict:
-    """The scenario of one measured configuration (the mapping in the docstring)."""
+def scenario_keys(record: dict, single: dict[str, float], priority: bool = False) -> dict:
+    """The scenario of one measured configuration (the mapping in the docstring);
+    `priority` maps the ByteScheduler methods onto the priority strategy."""
     strategy, family = METHODS[record["method"]]
+    update = ""
+    if priority and record["method"] in BYTESCHEDULER:
+        strategy, update = "priority", "layerwise"
     keys = {"model": record["dnn"], "batch_size": int(record["batch_size"]),
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
-            "algorithm": "rhd", "ps.pipelined": "", "compute.measured_throughput": single[record["dnn"]]}
+            "algorithm": "rhd", "ps.pipelined": "", "update": update,
+            "compute.measured_throughput": single[record["dnn"]]}
     if family == "ps" and record["nodes"] > 1:
         keys.update({"algorithm": "ps", "ps.pipelined": "true"})
     return keys
 
 
-def write_rows(path: Path, records: list[dict], single: dict, measured: bool) -> Path:
+def write_rows(path: Path, records: list[dict], single: dict, measured: bool, priority: bool = False) -> Path:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
         for r in records:
-            keys = {**scenario_keys(r, single), "method": r["method"]}
+            keys = {**scenario_keys(r, single, priority), "method": r["method"]}
             writer.writerow([keys[c] for c in COLUMNS[:-1]] + [r["throughput"] if measured else ""])
     return path
 
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
-             data_name: str, **split) -> dict:
-    """One fold of `sweep.validate` (`split`: its make_folds arguments) on the
-    mapped rows; errors of the model and the baseline. The mapped rows live
-    in a temporary folder: no copy of the data stays."""
+             data_name: str, priority: bool = False, folds=None, **split) -> dict:
+    """One fold of `sweep.validate` (`split`: its make_folds arguments, or
+    `folds` given) on the mapped rows; errors of the model and the baseline.
+    The mapped rows live in a temporary folder: no copy of the data stays."""
     with tempfile.TemporaryDirectory() as folder:
-        data = write_rows(Path(folder) / "rows.csv", records, single, measured=True)
+        data = write_rows(Path(folder) / "rows.csv", records, single, measured=True, priority=priority)
         base_path = Path(folder) / "base.toml"
         base_path.write_text(base_text)
         base = read_base(base_path)
         _, rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
-    folds = make_folds(rows, **split)
+    folds = folds or make_folds(rows, **split)
     assert all(f.train == folds[0].train for f in folds)  # one fit: pool the held-out rows
     fold = Fold(folds[0].name if len(folds) == 1 else f"fit {split.get('reference')}, predict the others",
                     folds[0].train, tuple(sorted(i for f in folds for i in f.test)))
@@ -162,13 +171,26 @@ def cross_method(records, single, out, options, base_text=BASE, data_name=DATA.n
                     reference="WFBP-A2A", min_gpus=8)
 
 
+def bytescheduler(records, single, out, options, priority: bool, base_text=BASE, data_name=DATA.name):
+    """(c) fit the five other methods, predict ByteScheduler at >= 8 GPUs,
+    mapped as WFBP or (`priority`) as the priority strategy."""
+    train = tuple(i for i, r in enumerate(records) if r["method"] not in BYTESCHEDULER)
+    test = tuple(i for i, r in enumerate(records) if r["method"] in BYTESCHEDULER and r["gpus"] >= 8)
+    mapping = "priority" if priority else "wfbp"
+    fold = Fold(f"fit the other methods, predict ByteScheduler as {mapping}", train, test)
+    return run_task(f"bytescheduler_{mapping}", records, single, out, options, base_text, data_name,
+                    priority=priority, folds=[fold])
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
 def table(tasks: list[dict]) -> str:
     labels = {"scale_out": "(a) scale-out: fit <= 8 GPUs, predict 16 and 32",
-              "cross_method": "(b) cross-method: fit WFBP-A2A, predict the others at >= 8 GPUs"}
+              "cross_method": "(b) cross-method: fit WFBP-A2A, predict the others at >= 8 GPUs",
+              "bytescheduler_wfbp": "(c) ByteScheduler as WFBP: fit the five other methods, predict it at >= 8 GPUs",
+              "bytescheduler_priority": "(c) ByteScheduler as the priority strategy: the same fit and rows"}
     summary_rows = []
     for t in tasks:
         m, n, fit = t["model_error"], t["naive_error"], t["fit"]
@@ -224,7 +246,9 @@ def main(argv=None) -> int:
     base_text = args.base.read_text() if args.base else BASE
     options = QUICK if args.quick else FULL
     tasks = [scale_out(records, single, args.out, options, base_text, args.data.name),
-             cross_method(records, single, args.out, options, base_text, args.data.name)]
+             cross_method(records, single, args.out, options, base_text, args.data.name),
+             *(bytescheduler(records, single, args.out, options, priority, base_text, args.data.name)
+               for priority in (False, True))]
     text = table(tasks)
     write_text(args.out / "table.md", text)
     write_predictions(args.out / "predictions.csv", tasks)

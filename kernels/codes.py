@@ -1,14 +1,17 @@
 """Integer codes the kernels read: categorical choices per configuration, and the
 program format's cost rows and edge switches (written by `sweep.graph.dag`)."""
 
-STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
+# The FIFO strategies form buckets and send them in backward order; `priority`
+# (ByteScheduler) sends partitions frontmost layer first (`kernels.priority`).
+FIFO_STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
+STRATEGIES = FIFO_STRATEGIES + ("priority",)
 ALGORITHMS = ("ring", "rhd", "tree", "hierarchical", "ps")
 BOTTLENECKS = ("compute", "communication", "input")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 PRECISIONS = ("fp32", "mixed")
 FITS = ("no", "yes")
 
-BSP, WFBP, FUSION, MGWFBP = range(len(STRATEGIES))
+BSP, WFBP, FUSION, MGWFBP, PRIORITY = range(len(STRATEGIES))
 RING, RHD, TREE, HIERARCHICAL, PS = range(len(ALGORITHMS))
 SGD, MOMENTUM, ADAM = range(len(OPTIMIZERS))
 FP32, MIXED = range(len(PRECISIONS))

@@ -60,7 +60,8 @@ def context(dag, p, fixed_buckets=False, free=False) -> Context:
     temperature, width = p.max_temperature, p.switch_width
     return Context(compute=compute, comm=stage_costs(p), grad_bytes=p.grad_bytes, strategy=p.strategy,
                    threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
-                   fixed_buckets=fixed_buckets, free=free)
+                   credit=p.credit_bytes, fixed_buckets=fixed_buckets, free=free,
+                   partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps)
 
 
 def iteration_time(lowered, ctx: Context, work_override=None):
@@ -168,8 +169,11 @@ def iteration_outputs(dag, p, fixed_buckets=False):
 
 
 def schedule(dag, p):
-    """(finish [T, C], durations [T, C], sent {policy task id: [C]}) of every
-    task of the DAG, from the same program the sweep runs (for `explain`)."""
+    """(finish [T, C], durations [T, C], sent {policy task id: [C]},
+    partitions) of every task of the DAG, from the same program the sweep
+    runs (for `explain`). `partitions` maps the first slot task of each
+    priority channel to (slot task id, start, finish) [steps, C] of its
+    partitions in the order sent (task id -1: no partition)."""
     p = Params.of(p)
     return lowered_schedule(dag.lowered, context(dag, p))
 
@@ -186,7 +190,13 @@ def lowered_schedule(lowered, ctx: Context):
     if lowered.mode == "unrolled":
         order = list(program.tasks)
         sent = {program.tasks[r]: v for r, v in sent_by_row.items()}
-        return _reorder(body_finish, order, num_tasks), _reorder(body_durations, order, num_tasks), sent
+        partitions = {}
+        for row, (slot, start, end) in run.partitions.items():
+            size = len(program.segments[program.where[row][0]])
+            ids = jnp.asarray(program.tasks[row:row + size] + (-1,))
+            partitions[program.tasks[row]] = (ids[slot], start, end)  # slot -1 picks the appended -1
+        return (_reorder(body_finish, order, num_tasks), _reorder(body_durations, order, num_tasks), sent,
+                partitions)
     exit_row = program.row(lowered.exits[0])
     work = run.finish(exit_row)
     io_task, h2d_task = (lowered.dag.tasks[t] for t in lowered.inputs[0])
@@ -203,7 +213,7 @@ def lowered_schedule(lowered, ctx: Context):
         sent.update({program.tasks[r] + shift: v for r, v in sent_by_row.items()})
     finish = jnp.concatenate([jnp.broadcast_to(f, (f.shape[0], *body_finish.shape[1:])) for f in finishes])
     duration = jnp.concatenate([jnp.broadcast_to(d, (d.shape[0], *body_finish.shape[1:])) for d in durations])
-    return _reorder(finish, order, num_tasks), _reorder(duration, order, num_tasks), sent
+    return _reorder(finish, order, num_tasks), _reorder(duration, order, num_tasks), sent, {}
 
 
 def _reorder(values, order, num_tasks):

@@ -60,6 +60,7 @@ class Params(Mapping):
     strategy: Array
     algorithm: Array
     bucket_bytes: Array  # fusion bucket size
+    credit_bytes: Array  # priority strategy: bytes posted and unsent above which nothing more is posted
     # memory (`kernels.memory`)
     optimizer: Array  # integer code, kernels.codes.OPTIMIZERS
     precision: Array  # integer code, kernels.codes.PRECISIONS

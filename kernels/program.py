@@ -27,9 +27,10 @@ import numpy as np
 
 from kernels.broadcast import lead
 from kernels.channel import policy_channel
+from kernels.priority import priority_channel
 from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
 from kernels.smooth import max_along, maximum
-from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
+from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, PRIORITY, switch_rule
 
 NEG = -jnp.inf
 
@@ -41,7 +42,8 @@ def _row(x):
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["compute", "comm", "grad_bytes", "strategy", "threshold", "prefetch", "temperature",
-                                "width"], meta_fields=["fixed_buckets", "free"])
+                                "width", "credit"], meta_fields=["fixed_buckets", "free", "partition_bytes",
+                                                                 "priority_steps"])
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What one evaluation needs besides the program: per-configuration
@@ -54,8 +56,11 @@ class Context:
     prefetch: Any
     temperature: Any = None
     width: Any = None
+    credit: Any = None  # [C] bytes: the priority channel's credit
     fixed_buckets: bool = False
     free: bool = False  # communication costs nothing (the single-GPU reference)
+    partition_bytes: float = 4_000_000.0  # the priority channel's largest partition
+    priority_steps: int = 0  # its partitions per iteration at most (0: no configuration may use it)
 
 
 @dataclasses.dataclass
@@ -132,6 +137,9 @@ class Run:
     sent: dict  # program row of a policy slot -> [C] bytes it sent
     busy: dict  # resource -> [C] busy seconds in iteration 1
     durations: list | None  # per segment [n, C], when asked for
+    # program row of a priority channel's first slot -> (slot index, start, finish) [steps, C]
+    # of its partitions in the order sent, when every duration is asked for
+    partitions: dict = dataclasses.field(default_factory=dict)
 
     def finish(self, row):
         seg, i = self.program.where[row]
@@ -154,6 +162,7 @@ def run_program(program, ctx: Context, keep=(), want_all: bool = False) -> Run:
     values: list = []
     sent: dict = {}
     busy: dict = {}
+    partitions: dict = {}
     durations = [] if want_all else None
     refs = set(program.switch_refs)
     for g, seg in enumerate(program.segments):
@@ -167,8 +176,11 @@ def run_program(program, ctx: Context, keep=(), want_all: bool = False) -> Run:
                 durations.append(d)
             continue
         if seg.kind == "policy":
-            value, seg_sent, seg_busy, d = _policy(program, seg, g, values, sent, ctx, needed[g], refs, want_all)
+            value, seg_sent, seg_busy, d, seg_partitions = _policy(program, seg, g, values, sent, ctx, needed[g], refs,
+                                                                   want_all)
             sent.update(seg_sent)
+            if seg_partitions is not None:
+                partitions[program.tasks.index(seg.tasks[0])] = seg_partitions
         else:
             value, seg_busy, d = _chain(program, seg, values, sent, ctx, needed[g], want_all)
         values.append(value)
@@ -176,7 +188,7 @@ def run_program(program, ctx: Context, keep=(), want_all: bool = False) -> Run:
             busy[seg.resource] = busy.get(seg.resource, 0.0) + seg_busy
         if want_all:
             durations.append(d)
-    return Run(program, values, sent, busy, durations)
+    return Run(program, values, sent, busy, durations, partitions)
 
 
 def _needed_rows(program, keep) -> list[set[int]]:
@@ -358,12 +370,48 @@ def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
         ctx.strategy, ctx.threshold, jnp.asarray(seg.coef[:, None], dtype), ready, cost, ready_scale=ready_scale,
         bytes_scale=ctx.grad_bytes, want_slots=want_slots, want_sent=want_sent,
         temperature=ctx.temperature, width=ctx.width, fixed_buckets=ctx.fixed_buckets)
-    value = Dense(finish + _row(base)) if want_slots else Tail(last + base, n)
-    out_sent = {} if seg_sent is None else {r: seg_sent[i] for i, r in enumerate(rows)}
     d = None
     if want_all:
         d = jnp.where(seg_sent > 0, piecewise_time(seg_sent, *cost, width=ctx.width), 0.0)
-    return value, out_sent, busy, d
+    partitions = None
+    if ctx.priority_steps:
+        finish, seg_sent, last, busy, d, record = _with_priority(seg, ctx, cost, ready, ready_scale, finish, seg_sent,
+                                                                 last, busy, d)
+        if record is not None:  # the partitions in the order sent, in absolute time
+            slot, start, end = record
+            used = slot >= 0
+            partitions = (jnp.where(used, slot, -1), jnp.where(used, start + _row(base), 0.0),
+                          jnp.where(used, end + _row(base), 0.0))
+    value = Dense(finish + _row(base)) if want_slots else Tail(last + base, n)
+    out_sent = {} if seg_sent is None else {r: seg_sent[i] for i, r in enumerate(rows)}
+    return value, out_sent, busy, d, partitions
+
+
+def _with_priority(seg, ctx: Context, cost, ready, ready_scale, finish, sent, last, busy, d):
+    """The policy channel's results with those of the priority channel
+    (`kernels.priority`) for the configurations whose strategy is `priority`.
+    It runs only when some configuration of the chunk uses it."""
+    dtype = ctx.grad_bytes.dtype
+    slot_bytes = jnp.asarray(seg.coef[:, None], dtype) * _row(ctx.grad_bytes)
+    relative_ready = ready * _row(ready_scale)
+
+    def run(_):
+        return priority_channel(slot_bytes, relative_ready, cost, ctx.partition_bytes, ctx.credit,
+                                ctx.priority_steps, ctx.width, want_steps=d is not None)
+
+    shapes = jax.eval_shape(run, None)
+    p_finish, p_busy, p_sending, record = jax.lax.cond(
+        jnp.any(ctx.strategy == PRIORITY), run,
+        lambda _: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), None)
+    chosen = ctx.strategy == PRIORITY
+    by_slot = _row(chosen)
+    if finish is not None:
+        finish = jnp.where(by_slot, p_finish, finish)
+    if sent is not None:
+        sent = jnp.where(by_slot, slot_bytes, sent)
+    if d is not None:
+        d = jnp.where(by_slot, p_sending, d)
+    return finish, sent, jnp.where(chosen, p_finish[-1], last), jnp.where(chosen, p_busy, busy), d, record
 
 
 def _scan(program, seg, values, sent, ctx, want_all):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.codes import STRATEGIES
+from kernels.codes import FIFO_STRATEGIES as STRATEGIES
 from kernels.collectives import CollectiveCost
 from kernels.iteration import context, iteration_outputs, lowered_schedule
 from kernels.iteration import iteration_time as eager_iteration_time
@@ -75,7 +75,7 @@ def test_program_matches_the_oracle(shape):
             finish, _, sent = simulate(compiled.dag, units, comm, 4.0, strategy, threshold, prefetch)
             ctx = make_context(units, comm, threshold, prefetch, strategy)
             t, _ = iteration_time(compiled.lowered, ctx)
-            got_finish, _, got_sent = lowered_schedule(compiled.lowered, ctx)
+            got_finish, _, got_sent, _ = lowered_schedule(compiled.lowered, ctx)
             assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
             np.testing.assert_allclose(np.asarray(got_finish)[:, 0], finish, rtol=1e-12, atol=1e-12)
             assert {k: float(v[0]) for k, v in got_sent.items()} == pytest.approx(sent)

@@ -4,7 +4,7 @@ import itertools
 import pytest
 
 import sweep
-from kernels.codes import ALGORITHMS, STRATEGIES
+from kernels.codes import ALGORITHMS, FIFO_STRATEGIES as STRATEGIES
 from sweep.report.explain import explain
 from sweep.scenario.presets import PRESETS
 from sweep.scenario.spec import load_spec

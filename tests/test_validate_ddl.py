@@ -45,6 +45,12 @@ def test_every_row_maps_to_a_valid_scenario():
     for family in ("A2A", "PS"):
         a, b = pick[(f"ByteScheduler-{family}", 4)], pick[(f"WFBP-{family}", 4)]
         assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
+        # ... or, for task (c), as the priority strategy with layer-wise updates
+        records_4 = [r for r in records if r["dnn"] == "resnet50" and r["nodes"] == 4]
+        record = next(r for r in records_4 if r["method"] == f"ByteScheduler-{family}")
+        keys = vd.scenario_keys(record, single, priority=True)
+        assert keys["strategy"] == "priority" and keys["update"] == "layerwise"
+        load_spec({k: (True if v == "true" else v) for k, v in keys.items() if v != ""})
 
 
 @needs_data
@@ -77,7 +83,9 @@ def test_quick_run_writes_table_and_predictions(tmp_path):
     for r in rows:
         want = measured[(r["model"], r["method"], int(r["gpus"]))]
         assert float(r["model_error"]) == pytest.approx(abs(float(r["predicted"]) / want - 1), abs=2e-4)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit_cross_method.toml", "fit_scale_out.toml",
+    assert sum(r["task"] == "bytescheduler_priority" for r in rows) == 18
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit_bytescheduler_priority.toml", "fit_bytescheduler_wfbp.toml",
+                                                         "fit_cross_method.toml", "fit_scale_out.toml",
                                                          "predictions.csv", "table.md"]
     for task in ("scale_out", "cross_method"):
         doc = tomllib.loads((tmp_path / f"fit_{task}.toml").read_text())

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from sweep.engine.params import Column, grid_columns
-from sweep.scenario.spec import Spec, resolve_zero, structural_keys
+from sweep.scenario.spec import Spec, resolve_structure, structural_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +141,8 @@ class Plan:
 def structure_of(spec: Spec, chosen: dict) -> dict:
     """The structural keys' values (`sweep.scenario.spec.structural_keys`) of a
     group, from the values `chosen` on its structural axes: what decides the
-    DAG (a ZeRO preset's stage included)."""
-    return resolve_zero({key: spec.value(key, chosen) for key in structural_keys(spec)}, spec.given("zero"))
+    DAG (what a preset sets of them included)."""
+    return resolve_structure({key: spec.value(key, chosen) for key in structural_keys(spec)}, spec.given)
 
 
 def structural_groups(spec: Spec):

@@ -26,7 +26,7 @@ from sweep.graph.layer_trace import trace_times
 from sweep.scenario import catalog
 from sweep.scenario.parameter_table import LINK_TABLES, PARAMETERS
 from sweep.scenario.schema import KEYS, STRUCTURAL
-from sweep.scenario.spec import resolve_zero
+from sweep.scenario.spec import resolve_structure
 
 # Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
 FITTABLE: dict[str, tuple[str, str]] = {p.key: (p.name, p.fit) for p in PARAMETERS if p.fit}
@@ -91,9 +91,9 @@ def line_rate(point: dict, table: str) -> float:
 
 
 def _structure(point: dict) -> tuple:
-    """The structural keys of a row (a ZeRO preset's stage included)."""
-    values = resolve_zero({k: point.get(k, KEYS[k].default) for k in STRUCTURAL} | {"preset": point.get("preset")},
-                          "zero" in point)
+    """The structural keys of a row (what its preset sets of them included)."""
+    values = resolve_structure({k: point.get(k, KEYS[k].default) for k in STRUCTURAL} | {"preset": point.get("preset")},
+                               point.__contains__)
     return tuple(values[k] for k in STRUCTURAL)
 
 

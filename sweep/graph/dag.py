@@ -42,10 +42,12 @@ class Task:
     ref: int | None = None  # follow: the policy task whose bucket this stage carries
     micro: int = 1  # micro-batch (gradient accumulation)
     before: str | None = None  # a ZeRO-3 all-gather: the kind of compute task it feeds
+    part: int | None = None  # a priority channel's partition of its slot (`split_partitions`), 1-based
 
     @property
     def name(self) -> str:
         where = f"[{self.layer}]" if self.layer is not None else ""
+        where += f"#{self.part}" if self.part is not None else ""
         where += f">{self.before}" if self.before else ""
         micro = f".{self.micro}" if self.micro > 1 else ""
         stage = f"/{self.resource.split('.', 1)[1]}" if self.kind == "comm" and "." in self.resource else ""
@@ -194,7 +196,11 @@ def build_dag(layer_params: Sequence[float], forward_work: Sequence[float], iter
                     after_join.append((joins[s + 1], switch_of(IF_HOLDS, policy_tasks[s])))
                 joins[s] = add("join", k, slot=s, layer=slots[s])
                 edges.extend((src, joins[s], switch) for src, switch in after_join)
-            prev_updates = {s: add("update", k, resource="optimizer", cost="update",
+            # Each layer's update runs once its gradient is in, on no shared
+            # resource: a priority channel (`kernels.priority`) completes the
+            # front layers first, and their updates must not queue behind
+            # the back layers' (a FIFO channel completes them in slot order anyway).
+            prev_updates = {s: add("update", k, cost="update",
                                    coef=float(layer_params[l - 1]) / total_params if total_params else 0.0,
                                    layer=l, slot=s, after=(joins[s],))
                             for s, l in enumerate(slots)}
@@ -252,3 +258,51 @@ def concretize(dag: Dag, slot_sends, prefetch: bool) -> tuple[Dag, list[int]]:
     tasks = tuple(dataclasses.replace(dag.tasks[old], id=new_id[old], ref=None) for old in old_ids)
     edges = tuple(sorted((new_id[src], new_id[old], ALWAYS) for old in old_ids for src in live[old]))
     return Dag(tasks, edges), old_ids
+
+
+def split_partitions(dag: Dag, sent_order: dict[int, list[int]]) -> tuple[Dag, list[int]]:
+    """A concrete DAG (`concretize`) with the slots of priority channels cut
+    into the partitions they sent, in the order sent (`kernels.priority`).
+
+    `sent_order` maps each channel (its first slot's id in `dag`) to the
+    slot id of every partition, in the order the channel sent them. The
+    partitions form one FIFO chain; every edge into a slot goes to each of
+    its partitions (their common ready time), every edge out of a slot
+    leaves from its last partition, and the slots' own FIFO edges are
+    dropped: the order is the one that resulted, not backward order. The
+    longest path of the result gives every partition's start and finish.
+    Returns the new DAG and, for each new task, the id of its task in `dag`.
+    """
+    channel_of = {slot: first for first, order in sent_order.items() for slot in order}
+    parts: dict[int, list[int]] = {}
+    tasks: list[Task] = []
+    old_of: list[int] = []
+    emitted: set[int] = set()
+    for task in dag.tasks:
+        first = channel_of.get(task.id)
+        if first is None:
+            old_of.append(task.id)
+            tasks.append(dataclasses.replace(task, id=len(tasks)))
+            continue
+        if first in emitted:
+            continue
+        emitted.add(first)
+        counts: dict[int, int] = {}
+        for slot in sent_order[first]:  # every partition of the channel, where its first slot was
+            counts[slot] = counts.get(slot, 0) + 1
+            parts.setdefault(slot, []).append(len(tasks))
+            old_of.append(slot)
+            tasks.append(dataclasses.replace(dag.tasks[slot], id=len(tasks), part=counts[slot]))
+    new_of = {old: new for new, old in enumerate(old_of) if old not in parts}
+    edges: list[tuple[int, int, int]] = []
+    for src, dst, switch in dag.edges:
+        if src in parts and dst in parts and channel_of[src] == channel_of[dst]:
+            continue  # the backward-order FIFO edge between two slots of one channel
+        source = parts[src][-1] if src in parts else new_of[src]
+        targets = parts[dst] if dst in parts else [new_of[dst]]
+        edges.extend((source, target, switch) for target in targets)
+    for first, order in sent_order.items():
+        chain = [p for slot in dict.fromkeys(order) for p in parts[slot]]
+        chain.sort()
+        edges.extend((a, b, ALWAYS) for a, b in zip(chain, chain[1:]))
+    return Dag(tuple(tasks), tuple(sorted(dict.fromkeys(edges)))), old_of

@@ -12,12 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, STRATEGIES
+from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, PRIORITY, STRATEGIES
 from kernels.iteration import iteration_outputs, schedule
 from kernels.outputs import OUTPUT
 from sweep.graph import zoo
 from sweep.graph.compiler import compile_structure
-from sweep.graph.dag import concretize
+from sweep.graph.dag import concretize, split_partitions
 from sweep.engine.params import point_params
 from sweep.engine.plan import structure_of
 from sweep.scenario.spec import Spec, SpecError
@@ -44,7 +44,7 @@ def explain(spec: Spec) -> dict:
     params = point_params(point, model, np.float64)
     with jax.enable_x64(True):
         p64 = {k: jnp.asarray(v) for k, v in params.items()}
-        finish, durations, sent = _schedule(compiled, p64)
+        finish, durations, sent, partitions = _schedule(compiled, p64)
         outputs = {k: np.asarray(v)[0] for k, v in _outputs(compiled, p64).items()}
     finish = np.asarray(finish)[:, 0]
     durations = np.asarray(durations)[:, 0]
@@ -56,6 +56,10 @@ def explain(spec: Spec) -> dict:
 
     concrete, old_ids = concretize(dag, {t: v > 0 for t, v in sent.items()}, prefetch)
     finish, durations = finish[old_ids], durations[old_ids]
+    part_bytes: dict[int, float] = {}
+    if params["strategy"][0] == PRIORITY:
+        concrete, old_ids, finish, durations, part_bytes = _partitions(concrete, old_ids, finish, durations,
+                                                                       partitions, sent)
     preds: list[list[int]] = [[] for _ in concrete.tasks]
     for src, dst, _ in concrete.edges:
         preds[dst].append(src)
@@ -63,6 +67,8 @@ def explain(spec: Spec) -> dict:
     grad_bytes = float(params["grad_bytes"][0])
 
     def bytes_of(old):
+        if old in part_bytes:
+            return part_bytes[old]
         task = dag.tasks[old]
         if task.policy == "policy":
             return sent[old]
@@ -117,6 +123,39 @@ def explain(spec: Spec) -> dict:
         "critical_path": critical_path(preds, start, finish),
         "breakdown": breakdown,
     }
+
+
+def _partitions(concrete, old_ids, finish, durations, partitions, sent):
+    """The concrete DAG with each priority channel's slots cut into the
+    partitions sent, in the order sent (`sweep.graph.dag.split_partitions`),
+    their finish and duration from the program, and each partition's bytes
+    (per original slot id)."""
+    new_of = {old: new for new, old in enumerate(old_ids)}
+    sent_order, times = {}, {}
+    for slot_ids, start, end in partitions.values():
+        slot_ids, start, end = (np.asarray(a)[:, 0] for a in (slot_ids, start, end))
+        used = slot_ids >= 0
+        order = [new_of[int(s)] for s in slot_ids[used]]
+        sent_order[min(order)] = order
+        times[min(order)] = (start[used], end[used])
+    split, old_of = split_partitions(concrete, sent_order)
+    new_finish = np.empty(len(split.tasks))
+    new_durations = np.empty(len(split.tasks))
+    position: dict[int, int] = {}
+    for t in split.tasks:
+        first = next((f for f, order in sent_order.items() if t.part is not None and old_of[t.id] in order), None)
+        if first is None:
+            new_finish[t.id], new_durations[t.id] = finish[old_of[t.id]], durations[old_of[t.id]]
+            continue
+        k = position[first] = position.get(first, -1) + 1  # partitions are numbered in the order sent
+        start, end = times[first]
+        new_finish[t.id], new_durations[t.id] = end[k], end[k] - start[k]
+    counts: dict[int, int] = {}
+    for t in split.tasks:
+        if t.part is not None:
+            counts[old_of[t.id]] = counts.get(old_of[t.id], 0) + 1
+    part_bytes = {old_ids[slot]: float(np.asarray(sent[old_ids[slot]])) / n for slot, n in counts.items()}
+    return split, [old_ids[o] for o in old_of], new_finish, new_durations, part_bytes
 
 
 def critical_path(preds, start, finish, rtol: float = 1e-12) -> list[int]:

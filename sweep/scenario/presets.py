@@ -22,8 +22,10 @@ class Preset:
     bucket_bytes: int
     prefetch: bool
     why: str
-    # Set by the ZeRO / FSDP presets only (None: the key's own default).
-    zero: int | None = None  # a structural key: such a preset is its own DAG shape
+    # Set by some presets only (None: the key's own default). `zero` and
+    # `update` are structural keys: such a preset is its own DAG shape.
+    zero: int | None = None
+    update: str | None = None
     optimizer: str | None = None
     precision: str | None = None
 
@@ -52,6 +54,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("byteps", "wfbp", "ps", 4 * MiB, True,
            "BytePS reduces inside the node, then pushes each tensor to servers as it "
            "becomes ready and pulls it back (per-tensor, priority scheduled)."),
+    # ByteScheduler (Peng et al., SOSP 2019): tensors cut into partitions (`partition_bytes`) sent
+    # frontmost layer first, at most `credit_bytes` unacknowledged; each layer is updated once its
+    # gradient is in, and the next forward pass starts as soon as its first layers are.
+    Preset("bytescheduler", "priority", "ring", 25 * MiB, True,
+           "ByteScheduler over all-reduce (Horovod/NCCL): priority-scheduled partitions, layer-wise updates, "
+           "so the next forward pass overlaps the tail of the communication.", update="layerwise"),
+    Preset("bytescheduler-ps", "priority", "ps", 25 * MiB, True,
+           "ByteScheduler over parameter servers (MXNet KVStore / BytePS): priority-scheduled push and pull "
+           "of partitions, layer-wise updates.", update="layerwise"),
     # DeepSpeed's defaults (deepspeed.ai, "DeepSpeed Configuration JSON", zero_optimization):
     # reduce_bucket_size 5e8 elements (1e9 bytes of fp16 gradients), overlap_comm false
     # for stages 1 and 2, true for stage 3; trained with fp16/bf16 and Adam.
@@ -75,6 +86,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
 )}
 
 
+# The structural keys a preset may set.
+PRESET_STRUCTURE = ("zero", "update")
+
+
+def preset_sets(name: str | None, key: str):
+    """The value a preset gives a structural key of `PRESET_STRUCTURE` (None: it leaves it alone)."""
+    return None if name is None else getattr(PRESETS[name], key)
+
+
 def preset_zero(name: str | None) -> int | None:
     """The ZeRO stage a preset sets (None: it leaves `zero` alone)."""
-    return None if name is None else PRESETS[name].zero
+    return preset_sets(name, "zero")

@@ -14,6 +14,7 @@ from kernels.codes import ALGORITHMS, OPTIMIZERS, PRECISIONS, STRATEGIES
 from sweep.scenario import catalog
 from sweep.scenario import presets
 from sweep.graph import zoo
+from sweep.graph.compiler import DEFAULT_PARTITION_BYTES
 from sweep.graph.dag import UPDATES
 from sweep.errors import SpecError, closest
 
@@ -116,6 +117,13 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("strategy", str, None, "", "gradient communication strategy", choices=lambda: STRATEGIES),
     Key("algorithm", str, None, "", "all-reduce algorithm", choices=lambda: ALGORITHMS),
     Key("bucket_bytes", int, None, "bytes", "fusion bucket size", positive=True, maximum=MAX_BYTES),
+    # ByteScheduler's defaults (its ByteCore: BYTESCHEDULER_PARTITION = 1,000,000 and
+    # BYTESCHEDULER_CREDIT = 4,000,000 parameters, float32).
+    Key("partition_bytes", int, DEFAULT_PARTITION_BYTES, "bytes", "priority strategy: largest partition a tensor is cut into",
+        positive=True, maximum=MAX_BYTES),
+    Key("credit_bytes", float, 16_000_000.0, "bytes",
+        "priority strategy: bytes posted and not yet sent above which no further partition is posted",
+        positive=True, maximum=MAX_BYTES),
     Key("preset", str, None, "", "framework preset", choices=lambda: tuple(presets.PRESETS)),
     Key("iterations", int, 3, "", "unrolled iterations K", minimum=2, maximum=64),
     Key("grad_bytes", int, 4, "bytes", "bytes per gradient element", positive=True, maximum=64),
@@ -160,7 +168,7 @@ KEYS: dict[str, Key] = {k.name: k for k in [
 
 # Keys that change the DAG's shape or layer data: a sweep compiles once per value.
 STRUCTURAL = ("model", "seq_len", "iterations", "compute.trace", "update", "hierarchical.pipelined", "zero",
-              "accumulation", *zoo.TRANSFORMER_KEYS)
+              "accumulation", "partition_bytes", *zoo.TRANSFORMER_KEYS)
 
 # A bare string for these tables names the catalog entry.
 TABLES_WITH_NAME = ("gpu", "intra", "inter", "h2d")

@@ -19,7 +19,8 @@ import tomli_w
 from kernels.outputs import OUTPUTS
 from sweep.graph import zoo
 from sweep.graph.layer_trace import refresh, trace_times
-from sweep.scenario.presets import DEFAULT_ALGORITHM, DEFAULT_STRATEGY, PRESETS, preset_zero
+from sweep.scenario.presets import (DEFAULT_ALGORITHM, DEFAULT_STRATEGY, PRESET_STRUCTURE, PRESETS, preset_sets,
+                                    preset_zero)
 from sweep.scenario.sample import Sample, parse_sample
 from sweep.scenario.sensitivity import check_sensitivity, is_sensitivity
 from sweep.scenario.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, canonical, check_value
@@ -312,18 +313,52 @@ def _check_models(spec: Spec) -> None:
 
 def structural_keys(spec: Spec) -> tuple[str, ...]:
     """The keys that decide a configuration's DAG: `STRUCTURAL`, and
-    `preset` when a preset of the scenario sets the ZeRO stage (and the
-    scenario does not set `zero` itself)."""
-    if not spec.given("zero") and any(preset_zero(p) is not None for p in spec.values("preset")):
+    `preset` when a preset of the scenario sets a structural key (the ZeRO
+    stage, the update) that the scenario does not set itself."""
+    if any(not spec.given(key) and preset_sets(p, key) is not None
+           for key in PRESET_STRUCTURE for p in spec.values("preset")):
         return STRUCTURAL + ("preset",)
     return STRUCTURAL
 
 
-def resolve_zero(values: dict, zero_given: bool) -> dict:
-    """`values` (structural keys and `preset`) with `zero` taken from the
-    preset when the scenario leaves it unset and the preset sets it."""
-    zero = None if zero_given else preset_zero(values.get("preset"))
-    return values if zero is None else {**values, "zero": zero}
+def resolve_structure(values: dict, given) -> dict:
+    """`values` (structural keys and `preset`) with the structural keys a
+    preset sets (`PRESET_STRUCTURE`) taken from it, unless `given(key)`
+    (the scenario sets the key itself)."""
+    out = dict(values)
+    for key in PRESET_STRUCTURE:
+        value = preset_sets(values.get("preset"), key)
+        if value is not None and not given(key):
+            out[key] = value
+    return out
+
+
+def _strategy_and_update(spec: Spec) -> set[tuple[str, str]]:
+    """Each (strategy, update) pair the scenario's configurations can take
+    (a preset brings its own strategy and, for ByteScheduler, its update)."""
+    pairs = set()
+    for preset in spec.values("preset"):
+        strategies = spec.values("strategy") if spec.given("strategy") else \
+            (PRESETS[preset].strategy if preset else DEFAULT_STRATEGY,)
+        updates = spec.values("update") if spec.given("update") else (preset_sets(preset, "update") or "barrier",)
+        pairs |= set(itertools.product(strategies, updates))
+    return pairs
+
+
+def _check_priority(spec: Spec) -> None:
+    """ByteScheduler's priority channel: with layer-wise updates (the point of
+    sending the front layers first), one channel, no ZeRO, and at most 8
+    bytes per gradient (which bounds the partitions the kernel walks)."""
+    pairs = _strategy_and_update(spec)
+    if not any(strategy == "priority" for strategy, _ in pairs):
+        return
+    if ("priority", "barrier") in pairs:
+        raise SpecError("strategy", "priority", 'needs update = "layerwise" in every configuration that uses it '
+                                                '(the bytescheduler presets set it)')
+    if True in spec.values("hierarchical.pipelined"):
+        raise SpecError("strategy", "priority", "does not combine with hierarchical.pipelined = true")
+    if _largest(spec, "grad_bytes") > 8:
+        raise SpecError("grad_bytes", _largest(spec, "grad_bytes"), 'at most 8 with strategy = "priority"')
 
 
 def _zero_and_algorithms(spec: Spec, algorithms: set[str]) -> set[tuple[int, frozenset]]:
@@ -353,12 +388,12 @@ def possible_values(spec: Spec, key: str) -> set[str]:
 def _check_shapes(spec: Spec) -> None:
     """The DAG shapes of DESIGN 2.5 that do not combine."""
     algorithms = possible_values(spec, "algorithm")
-    if not spec.given("zero"):
-        sampled = [d for d in (spec.sample.dimensions if spec.sample else ()) if d.key == "preset"]
-        zero_presets = [p for d in sampled for p in d.choices if preset_zero(p) is not None]
-        if zero_presets:
-            raise SpecError(f"sample.{sampled[0].name}", zero_presets[0],
-                            "sets the ZeRO stage, which changes the DAG: sweep presets with a list outside [sample]")
+    sampled = [d for d in (spec.sample.dimensions if spec.sample else ()) if d.key == "preset"]
+    for key in PRESET_STRUCTURE:
+        shaping = [p for d in sampled for p in d.choices if preset_sets(p, key) is not None]
+        if shaping and not spec.given(key):
+            raise SpecError(f"sample.{sampled[0].name}", shaping[0],
+                            f"sets {key}, which changes the DAG: sweep presets with a list outside [sample]")
     for zero, algorithms in sorted(_zero_and_algorithms(spec, algorithms)):
         if zero == 0:
             continue
@@ -370,6 +405,7 @@ def _check_shapes(spec: Spec) -> None:
         if "ps" in algorithms:
             raise SpecError("zero", zero, 'needs a collective algorithm: reduce-scatter and all-gather are not '
                                           'modelled for algorithm = "ps"')
+    _check_priority(spec)
     if True in spec.values("hierarchical.pipelined") and algorithms - {"hierarchical"}:
         raise SpecError("hierarchical.pipelined", True,
                         f'needs algorithm = "hierarchical" in every configuration, not {sorted(algorithms)}')

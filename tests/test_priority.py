@@ -1,0 +1,190 @@
+"""ByteScheduler's priority channel (kernels/priority.py, DESIGN 2.5) against an
+independent event-driven simulation: on random inputs for the channel alone,
+and end to end through `explain` (whose partitions are the kernel's), whose
+edges reproduce every start and finish, and whose iteration time is the
+sweep's."""
+import heapq
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.collectives import CollectiveCost
+from kernels.priority import priority_channel
+from oracle import longest_path
+from test_explain_shapes import BASE, explain_json
+
+
+def simulate(ready, nbytes, partition, credit, latency, per_byte):
+    """ByteScheduler as events: each tensor of `nbytes[s]` is cut into
+    ceil(nbytes / partition) equal partitions, ready at `ready[s]`; the
+    scheduler posts the ready partition of the highest slot (the frontmost
+    layer) whenever the bytes posted and not yet sent are below `credit`;
+    the channel sends posted partitions one at a time, in posting order, each
+    taking latency + per_byte * bytes. Returns [(slot, start, finish)] in the
+    order sent."""
+    queue = []  # (-slot, index) of ready partitions
+    events = []  # (time, kind, payload): kind 0 = a partition finished, 1 = a tensor became ready
+    for s, (r, b) in enumerate(zip(ready, nbytes)):
+        if b > 0:
+            heapq.heappush(events, (r, 1, s))
+    remaining = {s: math.ceil(b / partition) for s, b in enumerate(nbytes) if b > 0}
+    size = {s: nbytes[s] / n for s, n in remaining.items()}
+    in_flight = 0.0  # bytes posted and not yet sent
+    channel_free, sent = -math.inf, []
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:  # everything that happens at this instant, first
+            _, kind, payload = heapq.heappop(events)
+            if kind == 0:
+                in_flight -= payload
+            else:
+                for i in range(remaining[payload]):
+                    heapq.heappush(queue, (-payload, i))
+        while queue and in_flight < credit:
+            slot = -heapq.heappop(queue)[0]
+            start = max(now, channel_free)
+            finish = start + latency + per_byte * size[slot]
+            channel_free = finish
+            in_flight += size[slot]
+            sent.append((slot, start, finish))
+            heapq.heappush(events, (finish, 0, size[slot]))
+    return sent
+
+
+def kernel(ready, nbytes, partition, credit, latency, per_byte, steps):
+    with jax.enable_x64(True):
+        cost = CollectiveCost(jnp.array([latency]), jnp.array([per_byte]), None)
+        finish, busy, sending, (slot, start, end) = priority_channel(
+            jnp.asarray(nbytes)[:, None], jnp.asarray(ready)[:, None], cost, partition, jnp.array([credit]), steps,
+            want_steps=True)
+        used = np.asarray(slot)[:, 0] >= 0
+        order = [(int(s), float(a), float(b)) for s, a, b in
+                 zip(np.asarray(slot)[used, 0], np.asarray(start)[used, 0], np.asarray(end)[used, 0])]
+        return order, np.asarray(finish)[:, 0], float(busy[0])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_channel_matches_the_event_simulation(seed):
+    rng = np.random.default_rng(seed)
+    slots = int(rng.integers(1, 12))
+    nbytes = rng.choice([0.0, 1.0], slots, p=[0.15, 0.85]) * np.exp(rng.uniform(np.log(1e3), np.log(5e7), slots))
+    # Backward order: ready times mostly increase, with ties and stragglers.
+    ready = np.cumsum(rng.exponential(2e-3, slots)) * rng.choice([1.0, 0.0], slots, p=[0.9, 0.1])
+    ready = np.round(ready, 4)
+    partition = float(np.exp(rng.uniform(np.log(1e5), np.log(2e7))))
+    credit = float(partition * rng.choice([0.5, 1.0, 2.0, 3.7, 100.0]))
+    latency, per_byte = float(rng.uniform(0, 1e-3)), float(1 / rng.uniform(1e8, 1e10))
+    steps = int(sum(math.ceil(b / partition) for b in nbytes)) + int(rng.integers(0, 4))  # a bound, not exact
+    expected = simulate(ready, nbytes, partition, credit, latency, per_byte)
+    got, finish, busy = kernel(ready, nbytes, partition, credit, latency, per_byte, steps)
+    assert [s for s, _, _ in got] == [s for s, _, _ in expected]
+    np.testing.assert_allclose([t for _, a, b in got for t in (a, b)],
+                               [t for _, a, b in expected for t in (a, b)], rtol=1e-12, atol=1e-15)
+    for s in range(slots):  # a slot finishes with its last partition; an empty one when it is ready
+        last = [b for slot, _, b in expected if slot == s]
+        assert finish[s] == pytest.approx(last[-1] if last else ready[s], rel=1e-12, abs=1e-15)
+    assert busy == pytest.approx(sum(b - a for _, a, b in expected), rel=1e-12)
+
+
+def test_the_front_layer_goes_first_and_credit_delays_it():
+    # Slot 0 (the back layer) is ready first with 4 partitions; slot 1 (the front layer) a little later.
+    ready, nbytes = [0.0, 0.15], [4e6, 1e6]
+    fifo_like, _, _ = kernel(ready, nbytes, 1e6, 1e6, 0.0, 1e-7, 5)  # one partition in flight
+    assert [s for s, _, _ in fifo_like] == [0, 0, 1, 0, 0]  # the front layer jumps in at 0.2
+    ahead, _, _ = kernel(ready, nbytes, 1e6, 3e6, 0.0, 1e-7, 5)  # three posted ahead
+    assert [s for s, _, _ in ahead] == [0, 0, 0, 0, 1]
+
+
+PRIORITY = {"update": "layerwise", "strategy": "priority", "partition_bytes": 600_000, "credit_bytes": 1_500_000}
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "ps"])
+def test_explain_partitions_are_the_simulated_ones_and_its_edges_reproduce_them(tmp_path, algorithm):
+    doc = explain_json(tmp_path, {**BASE, **PRIORITY, "algorithm": algorithm})
+    tasks = doc["tasks"]
+    duration = np.array([t["duration"] for t in tasks])
+    finish = longest_path(len(tasks), [(a, b, None) for a, b in doc["edges"]], duration)
+    np.testing.assert_allclose([t["finish"] for t in tasks], finish, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose([t["start"] for t in tasks], finish - duration, rtol=1e-9, atol=1e-12)
+    for k in (1, 2):  # iteration 2 starts from what iteration 1 left
+        comm = [t for t in tasks if t["kind"] == "comm" and t["iteration"] == k]
+        assert all("#" in t["name"] for t in comm)
+        layers = sorted({t["layer"] for t in comm}, reverse=True)  # slots in backward order
+        backward = {t["layer"]: t["finish"] for t in tasks if t["kind"] == "backward" and t["iteration"] == k}
+        nbytes = [sum(t["bytes"] for t in comm if t["layer"] == l) for l in layers]
+        ready = [backward[l] for l in layers]
+        previous = [t for t in tasks if t["kind"] == "comm" and t["iteration"] == k - 1 and t["layer"] == min(layers)]
+        if previous:  # the channel's order edge into the next iteration's first slot
+            ready[0] = max(ready[0], previous[-1]["finish"])
+        # The ring's cost of one partition, read off the first one: latency + per_byte * bytes is affine,
+        # so two partition sizes give both.
+        sizes = {t["bytes"]: t["duration"] for t in comm}
+        (b1, d1), (b2, d2) = sorted(sizes.items())[0], sorted(sizes.items())[-1]
+        per_byte = (d2 - d1) / (b2 - b1) if b2 > b1 else 0.0
+        latency = d1 - per_byte * b1
+        expected = simulate(ready, nbytes, PRIORITY["partition_bytes"], PRIORITY["credit_bytes"], latency, per_byte)
+        assert [layers[s] for s, _, _ in expected] == [t["layer"] for t in comm]
+        np.testing.assert_allclose([t["finish"] for t in comm], [b for _, _, b in expected], rtol=1e-9)
+
+
+def test_sweep_and_explain_agree(tmp_path):
+    import sweep
+
+    spec = {**BASE, "update": "layerwise", "partition_bytes": 600_000, "credit_bytes": 1_500_000}
+    cube = sweep.run({**spec, "strategy": ["wfbp", "priority"], "inter": {"alpha": 4e-5, "bandwidth": [1.1e9, 1e8]}})
+    for bandwidth in (1.1e9, 1e8):
+        doc = explain_json(tmp_path, {**spec, "strategy": "priority", "inter": {"alpha": 4e-5, "bandwidth": bandwidth}})
+        got = cube.sel(strategy="priority", **{"inter.bandwidth": bandwidth})
+        assert float(got["iteration_time"]) == pytest.approx(doc["iteration_time"], rel=2e-5)
+        assert float(got["communication_time"]) == pytest.approx(doc["breakdown"]["communication_time"], rel=2e-5)
+
+
+def test_priority_overlaps_the_next_forward_pass_for_resnet50():
+    """ResNet-50's front layers are small and its back layers large: sent
+    first, the front layers let the next forward pass start while the back
+    layers are still on the wire (ByteScheduler's point). AlexNet, whose
+    weight sits in the last layers, gains nothing (not asserted)."""
+    import sweep
+
+    cube = sweep.run({"model": "resnet50", "batch_size": 32, "nodes": 4, "update": "layerwise",
+                      "strategy": ["wfbp", "priority"], "inter": {"bandwidth": [1.25e9, 1e8]}})
+    t = cube["iteration_time"]
+    assert (t.sel(strategy="priority") < t.sel(strategy="wfbp")).all()
+    # On 10GbE the forward pass (a third of the compute) hides most of the tail: over 10 % faster.
+    assert float(t.sel(strategy="priority", **{"inter.bandwidth": 1.25e9})) < \
+        0.9 * float(t.sel(strategy="wfbp", **{"inter.bandwidth": 1.25e9}))
+
+
+@pytest.mark.parametrize("text, key, shown", [
+    ('strategy = "priority"\n', "strategy", "layerwise"),
+    ('strategy = ["wfbp", "priority"]\nupdate = ["barrier", "layerwise"]\n', "strategy", "layerwise"),
+    ('preset = "bytescheduler"\nupdate = "barrier"\n', "strategy", "layerwise"),
+    ('preset = "bytescheduler"\ngrad_bytes = 16\n', "grad_bytes", "16"),
+    ('strategy = "priority"\nupdate = "layerwise"\npartition_bytes = 0\n', "partition_bytes", "0"),
+    ('strategy = "priority"\nupdate = "layerwise"\ncredit_bytes = -1\n', "credit_bytes", "-1"),
+])
+def test_bad_priority_scenarios_exit_2_with_one_line(text, key, shown, cli, write_spec, tmp_path):
+    out = tmp_path / "o.nc"
+    status, _, stderr = cli("run", write_spec('model = "alexnet"\nbatch_size = 8\nnodes = 2\n' + text), "-o", out)
+    assert status == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith(f"ssgd-sweep: error: {key} = ") and shown in stderr
+    assert not out.exists()
+
+
+def test_bytescheduler_presets_bring_the_layerwise_update(cli, write_spec, tmp_path):
+    import xarray as xr
+
+    base = 'model = "resnet50"\nbatch_size = 32\nnodes = 4\n'
+    out = tmp_path / "a.nc"
+    assert cli("run", write_spec(base + 'preset = ["horovod", "bytescheduler", "bytescheduler-ps"]\n'), "-o", out)[0] == 0
+    own = tmp_path / "b.nc"
+    assert cli("run", write_spec(base + 'strategy = "priority"\nupdate = "layerwise"\nalgorithm = ["ring", "ps"]\n'
+                                 'bucket_bytes = 26214400\n'), "-o", own)[0] == 0
+    with xr.open_dataset(out) as a, xr.open_dataset(own) as b:
+        assert "preset=bytescheduler: unrolled" in a.attrs["lowering"]
+        for preset, algorithm in (("bytescheduler", "ring"), ("bytescheduler-ps", "ps")):
+            np.testing.assert_allclose(a["iteration_time"].sel(preset=preset).values,
+                                       b["iteration_time"].sel(algorithm=algorithm).values, rtol=1e-6)
