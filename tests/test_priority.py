@@ -177,7 +177,7 @@ def test_bad_priority_scenarios_exit_2_with_one_line(text, key, shown, cli, writ
 def test_bytescheduler_presets_bring_the_layerwise_update(cli, write_spec, tmp_path):
     import xarray as xr
 
-    base = 'model = "resnet50"\nbatch_size = 32\nnodes = 4\n'
+    base = 'model = "alexnet"\nbatch_size = 32\nnodes = 4\n'
     out = tmp_path / "a.nc"
     assert cli("run", write_spec(base + 'preset = ["horovod", "bytescheduler", "bytescheduler-ps"]\n'), "-o", out)[0] == 0
     own = tmp_path / "b.nc"

@@ -23,9 +23,14 @@ def test_every_strategy_and_algorithm():
         assert got == pytest.approx(doc["iteration_time"], rel=2e-5), (strategy, algorithm, prefetch)
 
 
+# Presets that also set a DAG shape (ZeRO, ByteScheduler) are checked against
+# their explicit keys in tests/test_zero_presets.py and tests/test_priority.py.
+BARRIER_PRESETS = {name: p for name, p in PRESETS.items() if p.zero is None and p.update is None}
+
+
 def test_every_preset():
-    cube = sweep.run({**BASE, "preset": list(PRESETS)})
-    for name, preset in PRESETS.items():
+    cube = sweep.run({**BASE, "preset": list(BARRIER_PRESETS)})
+    for name, preset in BARRIER_PRESETS.items():
         doc = explain(load_spec({**BASE, "preset": name}))
         assert doc["configuration"]["strategy"] == preset.strategy
         assert doc["configuration"]["algorithm"] == preset.algorithm

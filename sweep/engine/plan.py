@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from sweep.engine.params import Column, grid_columns
-from sweep.scenario.spec import Spec, resolve_structure, structural_keys
+from sweep.graph.compiler import PRIORITY_KEY
+from sweep.scenario.spec import Spec, possible_values, resolve_structure, structural_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +143,8 @@ def structure_of(spec: Spec, chosen: dict) -> dict:
     """The structural keys' values (`sweep.scenario.spec.structural_keys`) of a
     group, from the values `chosen` on its structural axes: what decides the
     DAG (what a preset sets of them included)."""
-    return resolve_structure({key: spec.value(key, chosen) for key in structural_keys(spec)}, spec.given)
+    structure = resolve_structure({key: spec.value(key, chosen) for key in structural_keys(spec)}, spec.given)
+    return {**structure, PRIORITY_KEY: "priority" in possible_values(spec, "strategy")}
 
 
 def structural_groups(spec: Spec):

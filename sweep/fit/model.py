@@ -21,12 +21,13 @@ from sweep.engine.params import link_extension, point_params
 from sweep.errors import SpecError, closest
 from sweep.fit.data import MESSAGE, TARGETS, Row
 from sweep.graph import zoo
-from sweep.graph.compiler import compile_structure
+from sweep.graph.compiler import PRIORITY_KEY, compile_structure
 from sweep.graph.layer_trace import trace_times
 from sweep.scenario import catalog
 from sweep.scenario.parameter_table import LINK_TABLES, PARAMETERS
 from sweep.scenario.schema import KEYS, STRUCTURAL
 from sweep.scenario.spec import resolve_structure
+from sweep.scenario.presets import DEFAULT_STRATEGY, PRESETS
 
 # Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
 FITTABLE: dict[str, tuple[str, str]] = {p.key: (p.name, p.fit) for p in PARAMETERS if p.fit}
@@ -94,7 +95,9 @@ def _structure(point: dict) -> tuple:
     """The structural keys of a row (what its preset sets of them included)."""
     values = resolve_structure({k: point.get(k, KEYS[k].default) for k in STRUCTURAL} | {"preset": point.get("preset")},
                                point.__contains__)
-    return tuple(values[k] for k in STRUCTURAL)
+    preset = point.get("preset")
+    strategy = point.get("strategy") or (PRESETS[preset].strategy if preset else DEFAULT_STRATEGY)
+    return (*(values[k] for k in STRUCTURAL), strategy == "priority")
 
 
 @dataclasses.dataclass
@@ -168,7 +171,7 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
         if key == ("allreduce",):
             dag, scale = None, np.where(np.isnan(measured), 1.0, measured)
         else:
-            structure = dict(zip(STRUCTURAL, key))
+            structure = dict(zip((*STRUCTURAL, PRIORITY_KEY), key))
             dag = compile_structure(structure)  # its constants take the parameters' dtype (float64 here)
             work = params["workers"] * params["batch_size"] * structure["accumulation"]
             scale = np.where(targets == 0, work / measured, measured)

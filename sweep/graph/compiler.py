@@ -51,13 +51,14 @@ class CompiledDag:
 
 def compile_model(layer_params, forward_work, iterations: int, shape: Shape = Shape(),
                   backward_work=None, traced: bool = False, activations: tuple[float, float] = (0.0, 0.0),
-                  partition_bytes: float = 4_000_000.0) -> CompiledDag:
+                  partition_bytes: float = 4_000_000.0, priority: bool = True) -> CompiledDag:
     """Build and lower the DAG of a model (per-layer parameters and work);
     `activations` are the per-sample bytes kept for backward without and
     with checkpointing (`sweep.graph.zoo.Model`), for the memory outputs.
-    A layer-wise DAG also gets the bound of the priority channel's walk: one
-    step per partition of at most `partition_bytes` at up to
-    `MAX_PRIORITY_GRAD_BYTES` per gradient value."""
+    A layer-wise DAG that may run the `priority` strategy (`priority`) also
+    gets the bound of the priority channel's walk: one step per partition of
+    at most `partition_bytes` at up to `MAX_PRIORITY_GRAD_BYTES` per
+    gradient value; without it the program has no priority channel at all."""
     forward_work = np.asarray(forward_work, np.float64)
     backward_work = forward_work if backward_work is None else np.asarray(backward_work, np.float64)
     dag = build_dag([float(x) for x in layer_params], forward_work.tolist(), iterations, shape,
@@ -65,10 +66,13 @@ def compile_model(layer_params, forward_work, iterations: int, shape: Shape = Sh
     return CompiledDag(lower(dag), float(forward_work.sum()), float(backward_work.sum()),
                        float(np.sum(np.asarray(layer_params, np.float64))), traced, shape.accumulation, shape.zero,
                        *map(float, activations), float(partition_bytes),
-                       priority_steps(layer_params, partition_bytes) if shape.update == "layerwise" else 0)
+                       priority_steps(layer_params, partition_bytes) if priority and shape.update == "layerwise" else 0)
 
 
 DEFAULT_PARTITION_BYTES = 4_000_000  # ByteScheduler's 1,000,000 float32 parameters
+# A structure's flag (not a scenario key): whether any of its configurations
+# may use the priority strategy. Absent: assume they may.
+PRIORITY_KEY = "uses_priority"
 
 # The priority channel walks one step per partition; with gradients of at most
 # this many bytes (`sweep.scenario.spec` checks it) the count is static.
@@ -84,7 +88,7 @@ def priority_steps(layer_params, partition_bytes: float) -> int:
 @functools.lru_cache(maxsize=64)
 def compile_zoo_model(model: zoo.Model, iterations: int, trace: str | None = None,
                       shape: Shape = Shape(), trace_digest: str | None = None,
-                      partition_bytes: float = 4_000_000.0) -> CompiledDag:
+                      partition_bytes: float = 4_000_000.0, priority: bool = True) -> CompiledDag:
     """Compiled DAG of a model (`sweep.graph.zoo.model_of`), cached: every
     chunk of a sweep shares it. With `trace` (a `compute.trace` file) the
     compute tasks carry the measured per-layer forward and backward seconds
@@ -94,10 +98,10 @@ def compile_zoo_model(model: zoo.Model, iterations: int, trace: str | None = Non
     activations = (model.activation_bytes, model.checkpointed_activation_bytes)
     if trace is None:
         return compile_model(params, [l.forward_flops for l in model.layers], iterations, shape,
-                             activations=activations, partition_bytes=partition_bytes)
+                             activations=activations, partition_bytes=partition_bytes, priority=priority)
     forward, backward = trace_times(trace, model)
     return compile_model(params, forward, iterations, shape, backward, traced=True, activations=activations,
-                         partition_bytes=partition_bytes)
+                         partition_bytes=partition_bytes, priority=priority)
 
 
 def shape_of(structure: dict) -> Shape:
@@ -120,4 +124,5 @@ def compile_structure_uncached(structure: dict) -> CompiledDag:
 def _compile_arguments(structure: dict) -> tuple:
     trace = structure.get("compute.trace")
     return (zoo.model_of(structure), structure["iterations"], trace, shape_of(structure),
-            file_digest(trace) if trace is not None else None, float(structure.get("partition_bytes") or DEFAULT_PARTITION_BYTES))
+            file_digest(trace) if trace is not None else None,
+            float(structure.get("partition_bytes") or DEFAULT_PARTITION_BYTES), bool(structure.get(PRIORITY_KEY, True)))
