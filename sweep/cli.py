@@ -258,7 +258,7 @@ def _run_sweep(args, check) -> int:
     spec = load_spec(args.spec)
     output = Path(args.output)
     inputs = _inputs_of_spec(args.spec, spec)
-    for derived in ("", ".partial", ".partial.json", ".lock"):
+    for derived in ("", ".partial", ".partial.json", ".partial.npz", ".lock"):
         _check_output(str(output) + derived, "--output", inputs, probe=False)
     _check_output(args.output, inputs=inputs)
     if args.coordinator:
@@ -289,7 +289,9 @@ def _run_sweep(args, check) -> int:
         if lock is not None:
             lock.release()  # (the store released it already, unless it never started)
     if not done:
-        log(f"wrote {output}: {spec.size:,} configurations, dims {dict(zip(spec.dims, spec.shape))}, "
+        dims = {d: n for d, n in zip(spec.dims, spec.shape) if spec.reduce is None or d not in spec.reduce.over}
+        reduced = f" reduced over {', '.join(spec.reduce.over)}" if spec.reduce is not None else ""
+        log(f"wrote {output}: {spec.size:,} configurations{reduced}, dims {dims}, "
             f"{jax.device_count()} device(s)")
     return 0
 
@@ -308,7 +310,12 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
 
     devices = jax.devices()
     plan = Plan(spec, chunk or DEFAULT_CHUNK, multiple=len(devices))
-    size_bytes = estimate_bytes(make_layout(spec, len(devices), plan.disk_chunks()))
+    if spec.reduce is not None:
+        from sweep.engine.reducer import check_reduction, result_bytes
+        check_reduction(spec)
+        size_bytes = result_bytes(spec)
+    else:
+        size_bytes = estimate_bytes(make_layout(spec, len(devices), plan.disk_chunks()))
     layers = max(len(zoo.model_of(values).layers) for values in model_combinations(spec))
     iterations = max(spec.values("iterations"))
     speed = sum(GPU_SPEEDUP if d.platform == "gpu" else 1 for d in devices)

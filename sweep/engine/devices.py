@@ -151,6 +151,22 @@ class Devices:
         return Params.of({k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
                           for k, v in params.items()})
 
+    def replicate(self, tree, from_leader: bool = False):
+        """Host arrays (any pytree) as global arrays held whole by every
+        device; `from_leader`: process 0's values (e.g. a checkpoint only it read)."""
+        if jax.process_count() == 1:
+            return jax.device_put(tree, self.replicated)
+        if from_leader:
+            tree = multihost_utils.broadcast_one_to_all(tree)
+        return jax.tree.map(lambda v: jax.make_array_from_callback(np.shape(v), self.replicated,
+                                                                   lambda idx, v=np.asarray(v): v[idx]), tree)
+
+    def fetch_replicated(self, tree):
+        """Host copies of replicated global arrays (any pytree): every process has them whole."""
+        if jax.process_count() == 1:
+            return jax.device_get(tree)
+        return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), tree)
+
     def fetch(self, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Whole results on the host (gathered from every process)."""
         if jax.process_count() == 1:

@@ -34,6 +34,9 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
     same output is refused with SpecError.
     """
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    if spec.reduce is not None:  # statistics folded on the devices: see sweep.engine.reducer
+        from sweep.engine.reducer import run_reduced
+        return run_reduced(spec, output, chunk, quiet, log, open_result, lock)
     devices = visible_devices()
     target = chunk or DEFAULT_CHUNK
     plan = Plan(spec, target, multiple=devices.count)

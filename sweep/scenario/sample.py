@@ -86,6 +86,21 @@ class Sample:
         return np.concatenate(blocks)
 
 
+    def uniforms_at(self, indices: np.ndarray) -> np.ndarray:
+        """Uniform draws [len(indices), d] for the given configuration indices
+        (as `uniforms` draws them: one block or fast-forward per distinct place)."""
+        indices = np.asarray(indices, np.int64).ravel()
+        out = np.empty((indices.size, len(self.dimensions)))
+        if self.method == "random":
+            for block in np.unique(indices // _BLOCK):
+                at = indices // _BLOCK == block
+                out[at] = self.uniforms(int(block) * _BLOCK, int(block + 1) * _BLOCK)[indices[at] - block * _BLOCK]
+            return out
+        for i in np.unique(indices):
+            out[indices == i] = self.uniforms(int(i), int(i) + 1)[0]
+        return out
+
+
 def parse_sample(table: Mapping, taken: set[str]) -> Sample:
     """Validate a `[sample]` table; `taken` holds canonical keys given elsewhere."""
     if not isinstance(table, Mapping):

@@ -21,6 +21,7 @@ from sweep.graph import zoo
 from sweep.graph.layer_trace import refresh, trace_times
 from sweep.scenario.presets import (DEFAULT_ALGORITHM, DEFAULT_STRATEGY, PRESET_STRUCTURE, PRESETS, preset_sets,
                                     preset_zero)
+from sweep.scenario.reduction import Reduction, parse_reduce
 from sweep.scenario.sample import Sample, parse_sample
 from sweep.scenario.sensitivity import check_sensitivity, is_sensitivity
 from sweep.scenario.schema import KEYS, MAX_WORKERS, STRUCTURAL, TABLES_WITH_NAME, canonical, check_value
@@ -49,6 +50,7 @@ class Spec:
     axes: tuple[Axis, ...]  # grid axes, in file order
     outputs: tuple[str, ...]
     sample: Sample | None = None  # adds a last `config` dimension
+    reduce: Reduction | None = None  # the `[reduce]` table: statistics over some dimensions
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -103,6 +105,8 @@ class Spec:
         nested: dict = {"outputs": list(self.outputs)}
         if self.sample is not None:
             nested["sample"] = sample_table(self.sample)
+        if self.reduce is not None:
+            nested["reduce"] = self.reduce.table()
         for key, value in flat.items():
             *tables, leaf = key.split(".")
             node = nested
@@ -125,7 +129,7 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     written_as: dict[str, str] = {}
     outputs = tuple(OUTPUTS)
     sample_raw = raw.get("sample")
-    for written, value in _flatten({k: v for k, v in raw.items() if k != "sample"}):
+    for written, value in _flatten({k: v for k, v in raw.items() if k not in ("sample", "reduce")}):
         if written == "outputs":
             outputs = _check_outputs(value)
             continue
@@ -140,6 +144,8 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     sample = parse_sample(sample_raw, set(written_as)) if sample_raw is not None else None
     fixed, axes = _resolve_traces(fixed, axes, base_dir)
     spec = Spec(fixed, tuple(axes), outputs, sample)
+    if "reduce" in raw:
+        spec = dataclasses.replace(spec, reduce=parse_reduce(raw["reduce"], spec.dims))
     _check_required(spec, from_fit)
     _check_workers(spec)
     _check_models(spec)
@@ -220,7 +226,8 @@ def read_fixed_keys(path: str | os.PathLike) -> dict:
     and `validate` put under every row."""
     raw = read_scenario_file(path)
     base: dict = {}
-    for written, value in _flatten({k: v for k, v in raw.items() if k not in METADATA_TABLES + ("outputs",)}):
+    skipped = METADATA_TABLES + ("outputs", "reduce")
+    for written, value in _flatten({k: v for k, v in raw.items() if k not in skipped}):
         if isinstance(value, list):
             raise SpecError(written, value, "a base scenario gives one value per key, not a swept axis")
         key = canonical(written)

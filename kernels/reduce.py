@@ -1,0 +1,173 @@
+"""Statistics of a sweep's outputs, accumulated chunk by chunk on the device.
+
+A chunk is a box of the result cube (`sweep.engine.plan`): per dimension a
+start and a length, configurations in C order. Every configuration falls in
+one *cell* of the dimensions that remain after the reduction and has a
+position (its index on each reduced dimension). The accumulators, one set
+per output, hold per cell:
+
+- `min` / `max`: the extreme value (`max` stored negated, so both are a
+  scatter-min), and with `argmin` / `argmax` the position of the first
+  configuration that reaches it, in C order of the reduced dimensions (what
+  numpy's argmin returns): compared word by word, one word per reduced
+  dimension and two (high and low 30 bits) for a sample's `config` index,
+  so no position needs more than int32;
+- `sum`: a compensated (Kahan) sum over chunks of each chunk's float32 sum;
+- `hist`: counts in logarithmic bins of relative width `accuracy` (DDSketch's
+  bins: Masson, Rim and Lee, VLDB 2019), for quantiles; one int32 word, or two
+  (low 30 bits and carries) when a cell can count 2**31 or more.
+
+Pure functions of arrays; the host (`sweep.engine.reducer`) builds the shape,
+the boxes and reads the statistics out.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+WORD_BITS = 30
+LOW = (1 << WORD_BITS) - 1
+NONE = np.iinfo(np.int32).max  # the position of a cell nothing reached yet
+SMALLEST = 1e-18  # |x| below this counts as 0 in the histogram; the bins span SMALLEST..1/SMALLEST
+
+
+class ReduceShape(NamedTuple):
+    """What decides the accumulators' layout: static, one compile per sweep."""
+    reduced: tuple[bool, ...]  # per cube dimension
+    config_dim: int  # the sampled `config` dimension, -1 if none
+    strides: tuple[int, ...]  # per cube dimension: its stride among the cells (0 when reduced)
+    cells: int
+    statistics: frozenset  # of "min", "max", "argmin", "argmax", "sum", "hist"
+    accuracy: float
+    hist_words: int  # 1 or 2
+
+    @property
+    def words(self) -> int:
+        """Position words per configuration."""
+        return sum(2 if d == self.config_dim else 1 for d, r in enumerate(self.reduced) if r)
+
+
+class Box(NamedTuple):
+    """One chunk's place in the cube (dynamic: chunks of a sweep share a compile)."""
+    starts: jax.Array  # [D] int32; for the `config` dimension, its low 30 bits
+    start_high: jax.Array  # [] int32: the `config` start's bits above 30
+    lengths: jax.Array  # [D] int32, 1 along the dimensions the chunk holds fixed
+    size: jax.Array  # [] int32: configurations in the box (the rest is padding)
+
+
+def bins(accuracy: float) -> tuple[float, int, int]:
+    """(log gamma, lowest exponent, bins per sign) of the histogram."""
+    log_gamma = math.log((1 + accuracy) / (1 - accuracy))
+    lowest = math.floor(math.log(SMALLEST) / log_gamma)
+    per_sign = math.ceil(-math.log(SMALLEST) / log_gamma) - lowest + 1
+    return log_gamma, lowest, per_sign
+
+
+def init(shape: ReduceShape, outputs: tuple[str, ...]) -> dict:
+    """Empty accumulators, as host (NumPy) arrays."""
+    acc = {}
+    for name in outputs:
+        own = {}
+        for stat in ("min", "max"):
+            if stat in shape.statistics:
+                own[stat] = np.full(shape.cells, np.inf, np.float32)
+                if "arg" + stat in shape.statistics:
+                    own["arg" + stat] = np.full((shape.words, shape.cells), NONE, np.int32)
+        if "sum" in shape.statistics:
+            own["sum"] = np.zeros(shape.cells, np.float32)
+            own["carry"] = np.zeros(shape.cells, np.float32)  # Kahan's compensation
+        if "hist" in shape.statistics:
+            own["hist"] = np.zeros((shape.hist_words, shape.cells, 2 * bins(shape.accuracy)[2] + 1), np.int32)
+        acc[name] = own
+    return acc
+
+
+def positions(shape: ReduceShape, box: Box, length: int):
+    """(valid [C] bool, cell [C] int32, words: list of [C] int32) of a chunk's
+    `length` configurations; padding gets cell = `cells` (dropped by scatters)."""
+    i = jnp.arange(length, dtype=jnp.int32)
+    valid = i < box.size
+    rest = jnp.minimum(i, box.size - 1)
+    index = [None] * len(shape.reduced)
+    for d in reversed(range(len(shape.reduced))):
+        index[d] = box.starts[d] + rest % box.lengths[d]
+        rest = rest // box.lengths[d]
+    cell = jnp.zeros(length, jnp.int32)
+    words = []
+    for d, reduced in enumerate(shape.reduced):
+        if d == shape.config_dim:
+            high = box.start_high + (index[d] >> WORD_BITS)
+            low = index[d] & LOW
+            if reduced:
+                words += [high, low]
+            else:  # a kept sample fits in the cells, hence in int32
+                cell = cell + ((high << WORD_BITS) + low) * shape.strides[d]
+        elif reduced:
+            words.append(index[d])
+        else:
+            cell = cell + index[d] * shape.strides[d]
+    return valid, jnp.where(valid, cell, shape.cells), words
+
+
+def _first_minimum(best, best_at, x, cell, words, valid):
+    """Scatter-min of x into `best`; with `best_at`, the lexicographically
+    first position reaching the minimum, over the old and the new candidates."""
+    new = best.at[cell].min(x, mode="drop")
+    if best_at is None:
+        return new, None
+    keep = best == new  # the old optimum is still among the best
+    candidate = valid & (x == new[cell])
+    chosen = []
+    for w, word in enumerate(words):
+        first = jnp.where(keep, best_at[w], NONE).at[cell].min(jnp.where(candidate, word, NONE), mode="drop")
+        keep = keep & (best_at[w] == first)
+        candidate = candidate & (word == first[cell])
+        chosen.append(first)
+    return new, jnp.stack(chosen)
+
+
+def histogram_bin(x, accuracy: float, per_sign: int):
+    """Bin index of each x: negative bins, zero, positive bins, in value order."""
+    log_gamma, lowest, _ = bins(accuracy)
+    magnitude = jnp.abs(x)
+    k = jnp.clip(jnp.ceil(jnp.log(jnp.maximum(magnitude, SMALLEST)) / log_gamma).astype(jnp.int32) - lowest,
+                 0, per_sign - 1)
+    return jnp.where(magnitude < SMALLEST, per_sign, jnp.where(x > 0, per_sign + 1 + k, per_sign - 1 - k))
+
+
+def accumulate(acc: dict, outputs: dict, box: Box, shape: ReduceShape):
+    """Fold one chunk's outputs ([C] each) into the accumulators; also
+    whether any valid configuration gave a non-finite value."""
+    length = next(iter(outputs.values())).shape[-1]
+    valid, cell, words = positions(shape, box, length)
+    bad = jnp.zeros((), bool)
+    new = {}
+    for name, own in acc.items():
+        x = outputs[name].astype(jnp.float32)
+        bad = bad | jnp.any(valid & ~jnp.isfinite(x))
+        out = {}
+        for stat, sign in (("min", 1.0), ("max", -1.0)):
+            if stat in own:
+                out[stat], at = _first_minimum(own[stat], own.get("arg" + stat), sign * x, cell, words, valid)
+                if at is not None:
+                    out["arg" + stat] = at
+        if "sum" in own:
+            chunk_sum = jnp.zeros_like(own["sum"]).at[cell].add(jnp.where(valid, x, 0.0), mode="drop")
+            y = chunk_sum - own["carry"]
+            total = own["sum"] + y
+            out["carry"] = (total - own["sum"]) - y
+            out["sum"] = total
+        if "hist" in own:
+            per_sign = (own["hist"].shape[-1] - 1) // 2
+            low = own["hist"][0].at[cell, histogram_bin(x, shape.accuracy, per_sign)].add(1, mode="drop")
+            if shape.hist_words == 2:
+                high = own["hist"][1] + (low >> WORD_BITS)
+                out["hist"] = jnp.stack([low & LOW, high])
+            else:
+                out["hist"] = low[None]
+        new[name] = out
+    return new, bad
