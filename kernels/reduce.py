@@ -44,6 +44,8 @@ class ReduceShape(NamedTuple):
     statistics: frozenset  # of "min", "max", "argmin", "argmax", "sum", "hist"
     accuracy: float
     hist_words: int  # 1 or 2
+    box_dims: tuple[int, ...]  # the cube dimension along each axis of a chunk's box (the rest are fixed)
+    box_shape: tuple[int, ...]  # every chunk's box, its first axis padded to full length
 
     @property
     def words(self) -> int:
@@ -55,7 +57,6 @@ class Box(NamedTuple):
     """One chunk's place in the cube (dynamic: chunks of a sweep share a compile)."""
     starts: jax.Array  # [D] int32; for the `config` dimension, its low 30 bits
     start_high: jax.Array  # [] int32: the `config` start's bits above 30
-    lengths: jax.Array  # [D] int32, 1 along the dimensions the chunk holds fixed
     size: jax.Array  # [] int32: configurations in the box (the rest is padding)
 
 
@@ -88,36 +89,39 @@ def init(shape: ReduceShape, outputs: tuple[str, ...]) -> dict:
 
 def positions(shape: ReduceShape, box: Box, length: int):
     """(valid [C] bool, cell [C] int32, words: list of [C] int32) of a chunk's
-    `length` configurations; padding gets cell = `cells` (dropped by scatters)."""
-    i = jnp.arange(length, dtype=jnp.int32)
-    valid = i < box.size
-    rest = jnp.minimum(i, box.size - 1)
-    index = [None] * len(shape.reduced)
-    for d in reversed(range(len(shape.reduced))):
-        index[d] = box.starts[d] + rest % box.lengths[d]
-        rest = rest // box.lengths[d]
-    cell = jnp.zeros(length, jnp.int32)
+    `length` configurations; padding gets cell = `cells` (dropped by scatters).
+    A box is a product of ranges in C order, so each dimension's index is its
+    start plus an iota along its own box axis: no division per configuration."""
+    def flat(x):
+        x = jnp.broadcast_to(x, shape.box_shape).reshape(-1)
+        return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (length - x.size,))]) if length > x.size else x
+
+    axis = {d: j for j, d in enumerate(shape.box_dims)}
+    index = [box.starts[d] + jax.lax.broadcasted_iota(jnp.int32, shape.box_shape, axis[d]) if d in axis
+             else box.starts[d] for d in range(len(shape.reduced))]
+    valid = jnp.arange(length, dtype=jnp.int32) < box.size
+    cell = jnp.zeros((), jnp.int32)
     words = []
     for d, reduced in enumerate(shape.reduced):
         if d == shape.config_dim:
             high = box.start_high + (index[d] >> WORD_BITS)
             low = index[d] & LOW
             if reduced:
-                words += [high, low]
+                words += [flat(high), flat(low)]
             else:  # a kept sample fits in the cells, hence in int32
                 cell = cell + ((high << WORD_BITS) + low) * shape.strides[d]
         elif reduced:
-            words.append(index[d])
+            words.append(flat(index[d]))
         else:
             cell = cell + index[d] * shape.strides[d]
-    return valid, jnp.where(valid, cell, shape.cells), words
+    return valid, jnp.where(valid, flat(cell), shape.cells), words
 
 
 def _first_minimum(best, best_at, x, cell, words, valid):
     """Scatter-min of x into `best`; with `best_at`, the lexicographically
     first position reaching the minimum, over the old and the new candidates."""
     new = best.at[cell].min(x, mode="drop")
-    if best_at is None:
+    if best_at is None or words is None:
         return new, None
     keep = best == new  # the old optimum is still among the best
     candidate = valid & (x == new[cell])
@@ -139,31 +143,89 @@ def histogram_bin(x, accuracy: float, per_sign: int):
     return jnp.where(magnitude < SMALLEST, per_sign, jnp.where(x > 0, per_sign + 1 + k, per_sign - 1 - k))
 
 
+def _blocks(shape: ReduceShape, box: Box, length: int):
+    """A chunk seen as a [K, R] block: its box with the kept axes first and
+    the reduced axes last (each row one cell), so min, max, their first
+    positions and sums reduce densely along R; returns (to_block, cell [K],
+    valid rows [K], valid entries [K, R], words(r) -> list of [K] int32)."""
+    dims, box_shape = shape.box_dims, shape.box_shape
+    kept = [j for j, d in enumerate(dims) if not shape.reduced[d]]
+    reduced = [j for j, d in enumerate(dims) if shape.reduced[d]]
+    order = kept + reduced
+    rows = math.prod(box_shape[j] for j in kept)
+    size = math.prod(box_shape)
+
+    def to_block(x):
+        return jnp.transpose(x[:size].reshape(box_shape), order).reshape(rows, -1)
+
+    valid = to_block(jnp.arange(length, dtype=jnp.int32) < box.size)
+    kept_shape = tuple(box_shape[j] for j in kept)
+    axis = {dims[j]: i for i, j in enumerate(kept)}
+    cell = jnp.zeros((), jnp.int32)
+    for d, r in enumerate(shape.reduced):
+        if r:
+            continue
+        index = box.starts[d] + (jax.lax.broadcasted_iota(jnp.int32, kept_shape, axis[d]) if d in axis else 0)
+        if d == shape.config_dim:
+            index = ((box.start_high + (index >> WORD_BITS)) << WORD_BITS) + (index & LOW)
+        cell = cell + index * shape.strides[d]
+    cell = jnp.broadcast_to(cell, kept_shape).reshape(rows)
+    valid_rows = jnp.any(valid, axis=1)
+    cell = jnp.where(valid_rows, cell, shape.cells)
+
+    def words(r):
+        """Position words of flat index r (C order over the reduced box axes)."""
+        offset, stride = {}, 1
+        for j in reversed(reduced):
+            offset[dims[j]] = (r // stride) % box_shape[j]
+            stride *= box_shape[j]
+        out = []
+        for d, red in enumerate(shape.reduced):
+            if not red:
+                continue
+            index = box.starts[d] + offset.get(d, jnp.zeros(rows, jnp.int32))
+            if d == shape.config_dim:
+                out += [box.start_high + (index >> WORD_BITS), index & LOW]
+            else:
+                out.append(index)
+        return out
+
+    return to_block, cell, valid_rows, valid, words
+
+
 def accumulate(acc: dict, outputs: dict, box: Box, shape: ReduceShape):
     """Fold one chunk's outputs ([C] each) into the accumulators; also
     whether any valid configuration gave a non-finite value."""
     length = next(iter(outputs.values())).shape[-1]
-    valid, cell, words = positions(shape, box, length)
+    to_block, cell, valid_rows, valid, words = _blocks(shape, box, length)
+    flat = None
     bad = jnp.zeros((), bool)
     new = {}
     for name, own in acc.items():
         x = outputs[name].astype(jnp.float32)
-        bad = bad | jnp.any(valid & ~jnp.isfinite(x))
+        block = to_block(x)
+        bad = bad | jnp.any(valid & ~jnp.isfinite(block))
         out = {}
         for stat, sign in (("min", 1.0), ("max", -1.0)):
             if stat in own:
-                out[stat], at = _first_minimum(own[stat], own.get("arg" + stat), sign * x, cell, words, valid)
+                masked = jnp.where(valid, sign * block, jnp.inf)
+                first = words(jnp.argmin(masked, axis=1).astype(jnp.int32)) if "arg" + stat in own else None
+                out[stat], at = _first_minimum(own[stat], own.get("arg" + stat), jnp.min(masked, axis=1), cell,
+                                               first, valid_rows)
                 if at is not None:
                     out["arg" + stat] = at
         if "sum" in own:
-            chunk_sum = jnp.zeros_like(own["sum"]).at[cell].add(jnp.where(valid, x, 0.0), mode="drop")
+            chunk_sum = jnp.zeros_like(own["sum"]).at[cell].add(jnp.sum(jnp.where(valid, block, 0.0), axis=1),
+                                                                mode="drop")
             y = chunk_sum - own["carry"]
             total = own["sum"] + y
             out["carry"] = (total - own["sum"]) - y
             out["sum"] = total
         if "hist" in own:
+            if flat is None:
+                flat = positions(shape, box, length)
             per_sign = (own["hist"].shape[-1] - 1) // 2
-            low = own["hist"][0].at[cell, histogram_bin(x, shape.accuracy, per_sign)].add(1, mode="drop")
+            low = own["hist"][0].at[flat[1], histogram_bin(x, shape.accuracy, per_sign)].add(1, mode="drop")
             if shape.hist_words == 2:
                 high = own["hist"][1] + (low >> WORD_BITS)
                 out["hist"] = jnp.stack([low & LOW, high])

@@ -244,3 +244,27 @@ def test_a_single_configuration_streams_to_a_scalar_cube(cli, write_spec, tmp_pa
     assert cube["iteration_time"].dims == ()
     doc = explain(load_spec({"model": "alexnet", "batch_size": 16, "nodes": 2}))
     assert float(cube["iteration_time"]) == pytest.approx(doc["iteration_time"], rel=2e-5)
+
+
+@pytest.mark.parametrize("chunk", [7, 48, 1000])
+def test_chunked_boxes_agree_with_single_configurations(reference_cube, chunk):
+    """Chunks are boxes whose parameters the devices broadcast from per-axis
+    values (sweep.engine.evaluate.expand); every configuration must equal the
+    same configuration evaluated alone from flat parameters."""
+    from sweep.engine.evaluate import evaluate_params
+    from sweep.engine.params import point_params
+    from sweep.graph import zoo
+    from sweep.graph.compiler import compile_structure
+    from sweep.engine.plan import structure_of
+
+    cube = sweep.run(GRID, chunk=chunk)
+    spec = load_spec(GRID)
+    rng = np.random.default_rng(chunk)
+    for _ in range(12):
+        index = tuple(int(rng.integers(n)) for n in spec.shape)
+        point = spec.point(index)
+        structure = structure_of(spec, {k: point[k] for k in point if k in ("model",)})
+        params = point_params(point, zoo.model_of(structure))
+        expected = float(evaluate_params(compile_structure(structure), params)["iteration_time"][0])
+        got = float(cube["iteration_time"].values[index])
+        assert got == pytest.approx(expected, rel=1e-6), (point, chunk)

@@ -151,13 +151,10 @@ class Devices:
         return Params.of({k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
                           for k, v in params.items()})
 
-    def replicate(self, tree, from_leader: bool = False):
-        """Host arrays (any pytree) as global arrays held whole by every
-        device; `from_leader`: process 0's values (e.g. a checkpoint only it read)."""
-        if jax.process_count() == 1:
+    def replicate(self, tree):
+        """Host arrays (any pytree) as global arrays held whole by every device."""
+        if all(d.process_index == jax.process_index() for d in self.mesh.devices.flat):
             return jax.device_put(tree, self.replicated)
-        if from_leader:
-            tree = multihost_utils.broadcast_one_to_all(tree)
         return jax.tree.map(lambda v: jax.make_array_from_callback(np.shape(v), self.replicated,
                                                                    lambda idx, v=np.asarray(v): v[idx]), tree)
 
@@ -166,6 +163,12 @@ class Devices:
         if jax.process_count() == 1:
             return jax.device_get(tree)
         return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), tree)
+
+    def agree_tree(self, tree):
+        """Process 0's host arrays (any pytree), on every process."""
+        if jax.process_count() == 1:
+            return tree
+        return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(tree))
 
     def fetch(self, out: dict[str, jax.Array]) -> dict[str, np.ndarray]:
         """Whole results on the host (gathered from every process)."""
@@ -178,6 +181,12 @@ class Devices:
         if jax.process_count() == 1:
             return mask
         return np.asarray(multihost_utils.broadcast_one_to_all(mask))
+
+
+def single_device(device) -> Devices:
+    """A one-device view (for work that a device does alone)."""
+    mesh = Mesh(np.array([device]), ("config",))
+    return Devices(mesh, NamedSharding(mesh, PartitionSpec("config")), NamedSharding(mesh, PartitionSpec()))
 
 
 def visible_devices() -> Devices:

@@ -22,7 +22,7 @@ from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
 from sweep.engine.devices import Devices, visible_devices
-from sweep.engine.params import kernel_params
+from sweep.engine.params import Column, kernel_params
 from sweep.engine.plan import Plan
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
@@ -136,27 +136,78 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 
 def _dispatch(spec, plan, chunk, devices):
     dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
-    out = _sweep_kernel(dag, devices.put(params), spec.outputs, chunk.padded, tangents, fixed_buckets)
+    params = expand(devices.replicate(dict(params)), plan.padded_box_shape(), chunk.padded, devices.sharded,
+                    _varying(spec, plan, chunk))
+    out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
     return out, sampled  # asynchronous
+
+
+@functools.partial(jax.jit, static_argnames=("box", "length", "sharding", "varying"))
+def expand(params: dict, box: tuple[int, ...], length: int, sharding, varying: frozenset) -> Params:
+    """The kernels' [C] parameters on the devices from the host's compact
+    ones: each parameter varies only along the box dimensions of the keys it
+    depends on (`sweep.engine.plan.Plan.indices`), so the host builds and
+    copies O(axis lengths) values and the devices broadcast them to the
+    chunk's `length` configurations (padding repeats the last one), sharded.
+    A parameter not in `varying` (one value in the whole scenario) stays [1]:
+    which are [1] never depends on the chunking, nor then do the results."""
+    out = {}
+    for name, value in params.items():
+        if name not in varying:
+            out[name] = value.reshape(1)
+            continue
+        flat = jnp.broadcast_to(value, box).reshape(-1)
+        if length > flat.size:
+            flat = jnp.concatenate([flat, jnp.broadcast_to(flat[-1:], (length - flat.size,))])
+        out[name] = jax.lax.with_sharding_constraint(flat, sharding)
+    return Params.of(out)
 
 
 def _chunk_inputs(spec: Spec, plan: Plan, chunk):
     """(compiled DAG, host parameters, tangent rules, fixed_buckets, sampled
     values for the cube's coordinates) of one chunk."""
     s = chunk.structure
-    model = zoo.model_of(s)
     dag = compile_structure(s)
     columns, sampled = plan.columns(chunk)
-    params = kernel_params(columns, model, chunk.padded, compact=True)
+    params, tangents = _params(spec, columns, zoo.model_of(s))  # shaped to broadcast over the box
+    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
+
+
+_VARYING: dict = {}
+
+
+def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:
+    """The parameters that take more than one value somewhere in the
+    scenario (for this structural group): from a probe chunk in which every
+    key with more than one value takes two."""
+    cache_key = (spec.to_toml(), tuple(sorted((k, str(v)) for k, v in chunk.structure.items())))
+    if cache_key not in _VARYING:
+        columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in spec.fixed.items()}
+        for axis in spec.axes:
+            columns[axis.key] = Column(axis.values, np.arange(min(len(axis.values), 2)))
+        for dim in spec.sample.dimensions if spec.sample is not None else ():
+            columns[dim.key] = Column(dim.choices or (dim.low, dim.high), np.arange(2 if not dim.choices else
+                                                                                   min(len(dim.choices), 2)))
+        params, _ = _params(spec, columns, zoo.model_of(chunk.structure))
+        _VARYING.clear() if len(_VARYING) > 64 else None
+        _VARYING[cache_key] = frozenset(name for name, value in params.items() if value.size > 1)
+    return _VARYING[cache_key]
+
+
+def _params(spec: Spec, columns: dict, model) -> tuple[Params, tuple]:
+    """Kernel parameters from columns, widened where a sensitivity needs it;
+    and the tangent rules of the scenario's sensitivity outputs."""
+    params = kernel_params(columns, model, 1, compact=True)
     tangents = tuple((name, tangent_rule(key_of(name), spec.given("ps.servers")))
                      for name in spec.outputs if is_sensitivity(name))
     for name, rule in tangents:  # a multiplier that varies makes its parameter vary too
         for param, multiplier in rule:
             if param not in params:
                 raise SpecError("outputs", name, "this scenario does not set that key, so nothing depends on it")
-            if multiplier is not None and params[multiplier].shape > params[param].shape:
-                params = params.replace(**{param: np.broadcast_to(params[param], params[multiplier].shape).copy()})
-    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
+            if multiplier is not None and params[multiplier].size > params[param].size:
+                wide = np.broadcast_shapes(params[param].shape, params[multiplier].shape)
+                params = params.replace(**{param: np.broadcast_to(params[param], wide).copy()})
+    return params, tangents
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +246,9 @@ def prepare_chunk(spec: Spec, chunk: int = DEFAULT_CHUNK, devices: Devices | Non
     plan = Plan(spec, chunk, multiple=devices.count)
     first = next(plan.chunks())
     dag, params, tangents, fixed_buckets, _ = _chunk_inputs(spec, plan, first)
-    return PreparedChunk(spec, first.structure, dag, devices.put(params), first.padded, tangents, fixed_buckets)
+    params = jax.block_until_ready(expand(devices.replicate(dict(params)), plan.padded_box_shape(), first.padded,
+                                          devices.sharded, _varying(spec, plan, first)))
+    return PreparedChunk(spec, first.structure, dag, params, first.padded, tangents, fixed_buckets)
 
 
 def _finish(chunk, out, sampled, plan, store, devices, progress):

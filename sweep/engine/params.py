@@ -35,9 +35,10 @@ class Column:
         return table[self.index]
 
 
-def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size: int) -> dict[str, Column]:
-    """Columns for every given key: swept keys from per-axis indices, fixed keys constant."""
-    constant = np.zeros(size, np.int64)
+def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size) -> dict[str, Column]:
+    """Columns for every given key: swept keys from per-axis indices, fixed
+    keys constant (of shape `size`: a count, or a shape to broadcast with)."""
+    constant = np.zeros(tuple(size) if np.ndim(size) else size, np.int64)
     columns = {key: Column((value,), constant) for key, value in spec.fixed.items()}
     for axis in spec.axes:
         columns[axis.key] = Column(axis.values, axis_indices[axis.key])
@@ -51,12 +52,11 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
     With `compact`, a parameter that depends only on single-valued keys is a
     [1] array that broadcasts: less to build, copy and shard. Which parameters
     are compact depends on the scenario alone, so chunk shapes stay fixed.
+    The columns' index arrays may have any shapes that broadcast together
+    (`sweep.engine.plan.Plan.indices`: one box axis per swept key); every
+    parameter then has the broadcast shape of the keys it depends on.
     """
-    if compact:
-        size_of = {key: 1 if isinstance(c.values, tuple) and len(c.values) == 1 else size
-                   for key, c in columns.items()}
-    else:
-        size_of = {key: size for key in columns}
+    single = {key for key, c in columns.items() if compact and isinstance(c.values, tuple) and len(c.values) == 1}
     default_size = 1 if compact else size
     value_dtype = dtype
 
@@ -66,7 +66,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
             default = KEYS[key].default
             return np.full(default_size, default if fn is None else fn(default), dtype)
         values = column.map(fn, dtype)
-        return values[:1] if size_of[key] == 1 else values
+        return values.reshape(-1)[:1] if key in single else values
 
     def given_or(key: str, fallback: np.ndarray) -> np.ndarray:
         return get(key) if key in columns else fallback

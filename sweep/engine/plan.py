@@ -96,32 +96,40 @@ class Plan:
         dims = iter(self.box_shape(first))
         return tuple(next(dims) if isinstance(b, slice) else 1 for b in first.box)
 
+    def padded_box_shape(self) -> tuple[int, ...]:
+        """Shape of every chunk's box with its split axis padded to full length:
+        what `indices` and `columns` broadcast to (the same for all chunks)."""
+        if not self.inner_shape:
+            return (1,)  # every axis structural: one configuration per chunk
+        return (self.step,) + tuple(self.inner_shape[self.split + 1:])
+
     def indices(self, chunk: Chunk) -> dict[int, np.ndarray]:
-        """Per cube dimension, the index of each configuration of the chunk
-        (padded by repeating the last configuration)."""
+        """Per cube dimension, the index of each configuration of the chunk, as
+        arrays that broadcast to `padded_box_shape()`: a box is a product of
+        ranges, so each axis varies along its own box dimension only (and the
+        host never builds a [C] array). The split axis is padded to full length
+        by repeating its last index; dimensions the chunk holds fixed are
+        all-ones arrays."""
         shape = self.spec.shape
-        ranges = [(i, range(*b.indices(shape[i]))) for i, b in enumerate(chunk.box) if isinstance(b, slice)]
-        index = {i: np.broadcast_to(np.intp(b), (chunk.padded,)) for i, b in enumerate(chunk.box)
-                 if not isinstance(b, slice)}
-        # A box is a product of ranges (C order): each axis's index repeats
-        # within the axes after it and tiles over the axes before it, which is
-        # several times cheaper than unravelling every position.
-        inner = chunk.size
-        for i, values in ranges:
-            inner //= len(values)
-            pattern = np.repeat(np.asarray(values, np.intp), inner)
-            column = np.tile(pattern, chunk.size // len(pattern))
-            if chunk.padded > chunk.size:
-                column = np.concatenate([column, np.full(chunk.padded - chunk.size, column[-1], np.intp)])
-            index[i] = column
+        box = self.padded_box_shape()
+        ones = (1,) * len(box)
+        index = {i: np.full(ones, b, np.intp) for i, b in enumerate(chunk.box) if not isinstance(b, slice)}
+        slices = [(i, range(*b.indices(shape[i]))) for i, b in enumerate(chunk.box) if isinstance(b, slice)]
+        for j, (i, values) in enumerate(slices):
+            column = np.asarray(values, np.intp)
+            if len(column) < box[j]:  # the split axis's last, shorter range
+                column = np.concatenate([column, np.full(box[j] - len(column), column[-1], np.intp)])
+            index[i] = column.reshape(ones[:j] + (box[j],) + ones[j + 1:])
         return index
 
     def columns(self, chunk: Chunk) -> tuple[dict[str, Column], dict[str, np.ndarray]]:
-        """Columns of every given key for the chunk's configurations, and the
-        sampled values per configuration (unpadded), for the cube's coordinates."""
+        """Columns of every given key for the chunk's configurations (index
+        arrays that broadcast to `padded_box_shape()`), and the sampled values
+        per configuration (unpadded), for the cube's coordinates."""
         spec = self.spec
         index = self.indices(chunk)
-        columns = grid_columns(spec, {a.key: index[i] for i, a in enumerate(spec.axes)}, chunk.padded)
+        columns = grid_columns(spec, {a.key: index[i] for i, a in enumerate(spec.axes)},
+                               np.ones(len(self.padded_box_shape()), int))
         sampled: dict[str, np.ndarray] = {}
         if spec.sample is not None:
             config = chunk.box[-1]

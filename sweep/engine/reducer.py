@@ -23,6 +23,7 @@ import xarray as xr
 from kernels import reduce as kernel
 from kernels.outputs import OUTPUT
 from sweep.atomic import write_atomically
+from sweep.engine.devices import single_device
 from sweep.engine.evaluate import DEFAULT_CHUNK, _dispatch, make_progress, visible_devices
 from sweep.engine.plan import Plan
 from sweep.engine.store import (OutputLock, WriteError, _cube_inputs, _changes, _writing, check_finite, identity,
@@ -36,8 +37,9 @@ CHECKPOINT_SECONDS = 30.0
 _STATE = {"min": "min", "argmin": "min", "max": "max", "argmax": "max", "mean": "sum"}
 
 
-def reduce_shape(spec: Spec) -> kernel.ReduceShape:
-    """The accumulators' static layout for a scenario with a `[reduce]` table."""
+def reduce_shape(spec: Spec, plan: Plan | None = None) -> kernel.ReduceShape:
+    """The accumulators' static layout for a scenario with a `[reduce]` table
+    (and the chunks' boxes, from `plan`)."""
     reduction = spec.reduce
     reduced = tuple(d in reduction.over for d in spec.dims)
     strides, stride = [0] * len(spec.dims), 1
@@ -47,8 +49,12 @@ def reduce_shape(spec: Spec) -> kernel.ReduceShape:
     statistics = {_STATE.get(s, "hist") for s in reduction.statistics} | \
         {s for s in reduction.statistics if s in ("argmin", "argmax")}
     words = 2 if per_cell(spec) >= 2**31 else 1
+    box_dims, box_shape = (), ()
+    if plan is not None:
+        box_dims = tuple(d for d, b in enumerate(next(plan.chunks()).box) if isinstance(b, slice))
+        box_shape = plan.padded_box_shape() if box_dims else (1,)
     return kernel.ReduceShape(reduced, len(spec.dims) - 1 if spec.sample else -1, tuple(strides), stride,
-                              frozenset(statistics), reduction.accuracy, words)
+                              frozenset(statistics), reduction.accuracy, words, box_dims, box_shape)
 
 
 def per_cell(spec: Spec) -> int:
@@ -82,77 +88,87 @@ def check_reduction(spec: Spec) -> None:
 
 def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
     """Where a chunk lies in the cube, as the kernel reads it (host arrays)."""
-    starts, lengths, high = [], [], 0
+    starts, high = [], 0
     for d, b in enumerate(chunk.box):
-        if isinstance(b, slice):
-            start, stop, _ = b.indices(spec.shape[d])
-        else:
-            start, stop = b, b + 1
-        lengths.append(stop - start)
+        start = b.indices(spec.shape[d])[0] if isinstance(b, slice) else b
         if d == shape.config_dim:
             high, start = start >> kernel.WORD_BITS, start & kernel.LOW
         starts.append(start)
-    return kernel.Box(np.asarray(starts, np.int32), np.int32(high), np.asarray(lengths, np.int32),
-                      np.int32(chunk.size))
+    return kernel.Box(np.asarray(starts, np.int32), np.int32(high), np.int32(chunk.size))
 
 
 @functools.lru_cache(maxsize=None)
-def _accumulator(shape: kernel.ReduceShape, replicated):
-    """The jitted fold for one accumulator layout; results replicated on every device."""
-    return jax.jit(functools.partial(kernel.accumulate, shape=shape), donate_argnums=0,
-                   out_shardings=replicated)
+def _accumulator(shape: kernel.ReduceShape):
+    """The jitted fold for one accumulator layout (on the device of its inputs)."""
+    return jax.jit(functools.partial(kernel.accumulate, shape=shape), donate_argnums=0)
+
+
+class _Lane:
+    """One device: whole chunks go to it in turn, and fold into its own
+    accumulators, so devices never exchange anything until the end."""
+
+    def __init__(self, device, accumulators):
+        self.devices = single_device(device)
+        self.acc = self.devices.replicate(accumulators)
 
 
 def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool = True, log=None,
                 open_result: bool = True, lock=None):
     """`sweep.run` for a scenario with a `[reduce]` table: the small cube of
-    statistics (see `sweep.run` for output, resume and lock rules)."""
+    statistics (see `sweep.run` for output, resume and lock rules).
+
+    Chunks are dealt round-robin to processes and, within a process, to its
+    devices; each device folds whole chunks into its own accumulators, which
+    are merged on the host (`merge`) for a checkpoint and at the end."""
     from sweep.engine.runner import _Progress
 
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
     check_reduction(spec)
     devices = visible_devices()
     target = chunk or DEFAULT_CHUNK
-    plan = Plan(spec, target, multiple=devices.count)
+    plan = Plan(spec, target)
     ident = identity(spec, plan.length, target, devices.count)
     log = log or (lambda message: None)
-    shape = reduce_shape(spec)
+    shape = reduce_shape(spec, plan)
     store = ReduceStore(output if devices.leader else None, ident, log, lock)
     if devices.agree(np.array([store.already_complete]))[0]:
         store.release()
         log(f"{output} is already complete for this scenario and these inputs: nothing to do")
         return xr.open_dataset(output, engine="h5netcdf") if open_result else None
-    state = store.restore(kernel.init(shape, spec.outputs))
+    empty = kernel.init(shape, spec.outputs)
+    state = store.restore(empty)
     done = np.zeros(plan.num_chunks, bool)
     done[list(state.completed)] = True
     done = devices.agree(done)
-    acc = devices.replicate(state.accumulators, from_leader=True)
+    restored = devices.agree_tree(state.accumulators)  # process 0 read the checkpoint
+    leader_lane = jax.process_index() == 0
+    lanes = [_Lane(d, restored if leader_lane and i == 0 else empty) for i, d in enumerate(jax.local_devices())]
+    fold = _accumulator(shape)
     completed = set(np.flatnonzero(done).tolist())
-    fold = _accumulator(shape, devices.replicated)
+    todo = [c for c in plan.chunks() if not done[c.id]]
+    processes, rank = jax.process_count(), jax.process_index()
+    mine = todo[rank::processes]
+    rounds = len(todo) // processes  # local chunks every process has: where they may checkpoint together
     progress = _Progress(make_progress(spec.size, quiet or not devices.leader))
-    checked = []  # (chunk, flag): chunks whose outputs are not yet known to be finite
+    progress.update(spec.size - sum(c.size for c in todo))
+    checked = []  # (lane, chunk, flag): chunks whose outputs are not yet known to be finite
+    folded = []  # chunk ids of this process folded so far
     last_checkpoint = time.monotonic()
     try:
-        pending = None
-        for chunk_ in plan.chunks():
-            if done[chunk_.id]:
-                progress.update(chunk_.size)
-                continue
-            out, _ = _dispatch(spec, plan, chunk_, devices)
-            if pending is not None:
-                acc = _fold(fold, acc, pending, spec, shape, devices, checked, completed)
-                _check_finite(spec, plan, devices, checked, keep=1)
-                progress.update(pending[0].size)
-                if time.monotonic() - last_checkpoint >= CHECKPOINT_SECONDS:
-                    _check_finite(spec, plan, devices, checked, keep=0)
-                    store.checkpoint(devices.fetch_replicated(acc), completed)
-                    last_checkpoint = time.monotonic()
-            pending = (chunk_, out)
-        if pending is not None:
-            acc = _fold(fold, acc, pending, spec, shape, devices, checked, completed)
-            progress.update(pending[0].size)
-        _check_finite(spec, plan, devices, checked, keep=0)
-        result = statistics(spec, shape, devices.fetch_replicated(acc), devices.count)
+        for i, chunk_ in enumerate(mine):
+            lane = lanes[i % len(lanes)]
+            out, _ = _dispatch(spec, plan, chunk_, lane.devices)
+            lane.acc, bad = fold(lane.acc, out, lane.devices.replicate(chunk_box(spec, shape, chunk_)))
+            checked.append((lane, chunk_, bad))
+            folded.append(chunk_.id)
+            _check_finite(spec, plan, checked, keep=len(lanes))
+            progress.update(chunk_.size * processes)
+            if i + 1 < rounds and _checkpoint_due(devices, last_checkpoint, i):
+                _check_finite(spec, plan, checked, keep=0)
+                store.checkpoint(_gather(lanes, shape), _completed(todo, completed, processes, i + 1))
+                last_checkpoint = time.monotonic()
+        _check_finite(spec, plan, checked, keep=0)
+        result = statistics(spec, shape, _gather(lanes, shape), devices.count)
         result.attrs["inputs_sha256"] = ident["inputs"]
     except SpecError as err:
         if isinstance(err, WriteError):
@@ -161,11 +177,13 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
             store.discard()
         raise
     except BaseException:
-        # A stop request or an error: keep what is folded for a resume.
-        try:
-            _check_finite(spec, plan, devices, checked, keep=0)
-            store.checkpoint(devices.fetch_replicated(acc), completed)
-        finally:
+        if processes == 1:  # a stop request or an error: keep what is folded for a resume
+            try:
+                _check_finite(spec, plan, checked, keep=0)
+                store.checkpoint(_gather(lanes, shape), completed | set(folded))
+            finally:
+                store.release()
+        else:
             store.release()
         raise
     finally:
@@ -182,27 +200,92 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     return None
 
 
-def _fold(fold, acc, pending, spec, shape, devices, checked, completed):
-    chunk, out = pending
-    box = devices.replicate(chunk_box(spec, shape, chunk))
-    acc, bad = fold(acc, out, box)
-    completed.add(chunk.id)
-    checked.append((chunk, bad))
-    return acc
+def _checkpoint_due(devices, last: float, i: int) -> bool:
+    """Whether to checkpoint after the i-th local chunk: every
+    CHECKPOINT_SECONDS, as process 0's clock says (every process must join)."""
+    due = time.monotonic() - last >= CHECKPOINT_SECONDS
+    if jax.process_count() == 1:
+        return due
+    return bool(devices.agree(np.array([due]))[0]) if i % 16 == 15 else False
 
 
-def _check_finite(spec, plan, devices, checked, keep: int) -> None:
+def _completed(todo, completed: set, processes: int, rounds: int) -> set:
+    """Chunks folded once every process has done `rounds` of its own."""
+    return completed | {c.id for c in todo[:rounds * processes]}
+
+
+def _gather(lanes, shape) -> dict:
+    """Every device's accumulators, on every process, merged into one (host arrays)."""
+    local = merge([jax.device_get(lane.acc) for lane in lanes], shape)
+    if jax.process_count() == 1:
+        return local
+    from jax.experimental import multihost_utils
+
+    stacked = multihost_utils.process_allgather(local)
+    return merge([jax.tree.map(lambda a, p=p: np.asarray(a[p]), stacked) for p in range(jax.process_count())],
+                 shape)
+
+
+def merge(parts: list[dict], shape: kernel.ReduceShape) -> dict:
+    """One set of accumulators from several (host arrays): the least value
+    and, among equal ones, the lexicographically first position; sums and
+    counts added."""
+    out = {}
+    for name in parts[0]:
+        own = {}
+        first = parts[0][name]
+        for stat in ("min", "max"):
+            if stat not in first:
+                continue
+            best, at = first[stat].copy(), first.get("arg" + stat)
+            at = None if at is None else at.copy()
+            for part in parts[1:]:
+                value, where = part[name][stat], part[name].get("arg" + stat)
+                better = value < best
+                if at is not None:
+                    tie, earlier = value == best, np.zeros_like(better)
+                    undecided = np.ones_like(better)
+                    for w in range(len(at)):
+                        earlier |= undecided & (where[w] < at[w])
+                        undecided &= where[w] == at[w]
+                    better |= tie & earlier
+                    at = np.where(better, where, at)
+                best = np.where(better, value, best)
+            own[stat] = best
+            if at is not None:
+                own["arg" + stat] = at
+        if "sum" in first:
+            total = sum(part[name]["sum"].astype(np.float64) - part[name]["carry"] for part in parts)
+            own["sum"] = total.astype(np.float32)
+            own["carry"] = (own["sum"] - total).astype(np.float32)
+        if "hist" in first:
+            counts = sum(_counts(part[name]["hist"]) for part in parts)
+            if shape.hist_words == 2:
+                own["hist"] = np.stack([counts & kernel.LOW, counts >> kernel.WORD_BITS]).astype(np.int32)
+            else:
+                own["hist"] = counts[None].astype(np.int32)
+        out[name] = own
+    return out
+
+
+def _counts(hist: np.ndarray) -> np.ndarray:
+    """Histogram counts (int64) from their words."""
+    counts = hist[0].astype(np.int64)
+    return counts + (hist[1].astype(np.int64) << kernel.WORD_BITS) if len(hist) > 1 else counts
+
+
+def _check_finite(spec, plan, checked, keep: int) -> None:
     """Look at every folded chunk's non-finite flag but the last `keep` (whose
     fold may still be running). A chunk that had one is evaluated again to
     name the configuration, as an unreduced sweep does."""
     while len(checked) > keep:
-        chunk, bad = checked.pop(0)
-        if not bool(devices.fetch_replicated(bad)):
+        lane, chunk, bad = checked.pop(0)
+        if not bool(jax.device_get(bad)):
             continue
-        out, sampled = _dispatch(spec, plan, chunk, devices)
-        results = devices.fetch(out)
+        out, sampled = _dispatch(spec, plan, chunk, lane.devices)
+        results = jax.device_get(out)
         block = {variable_name(n): v[:chunk.size].reshape(plan.box_shape(chunk)) for n, v in results.items()}
-        check_finite(make_layout(spec, devices.count, plan.disk_chunks()), chunk, block, sampled)
+        check_finite(make_layout(spec, 1, plan.disk_chunks()), chunk, block, sampled)
 
 
 def statistics(spec: Spec, shape: kernel.ReduceShape, acc: dict, devices: int) -> xr.Dataset:
@@ -292,19 +375,21 @@ def quantiles(hist: np.ndarray, q: float, accuracy: float, integer: bool = False
     "linear" definition with every order statistic replaced by its bin's
     representative (within `accuracy` relative); for integer codes, the lower
     order statistic, rounded."""
-    counts = hist[0].astype(np.int64) + (hist[1].astype(np.int64) << kernel.WORD_BITS if len(hist) > 1 else 0)
+    counts = _counts(hist)
     cumulative = np.cumsum(counts, axis=-1)
     n = cumulative[:, -1]
     rank = q * (n - 1)
-    lower, fraction = np.floor(rank), rank - np.floor(rank)
-    values = [_representative(np.array([np.searchsorted(c, r, side="right") for c, r in zip(cumulative, ranks)]),
-                              accuracy, counts.shape[-1]) for ranks in (lower, np.minimum(lower + 1, n - 1))]
+    lower = np.floor(rank)
+    fraction = rank - lower
+    ranks = (lower, np.minimum(lower + 1, n - 1))
+    # The bin of the order statistic of rank r: the first whose cumulative count exceeds r.
+    values = [_representative((cumulative <= r[:, None]).sum(axis=-1), accuracy) for r in ranks]
     if integer:
         return np.rint(values[0])
     return values[0] + fraction * (values[1] - values[0])
 
 
-def _representative(index: np.ndarray, accuracy: float, width: int) -> np.ndarray:
+def _representative(index: np.ndarray, accuracy: float) -> np.ndarray:
     """The value a histogram bin stands for: 2 gamma^k / (gamma + 1), within
     `accuracy` of every value in (gamma^(k-1), gamma^k]."""
     log_gamma, lowest, per_sign = kernel.bins(accuracy)

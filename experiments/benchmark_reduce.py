@@ -1,0 +1,102 @@
+"""A reduced sweep of 2**30 configurations against the fused reference.
+
+    python experiments/benchmark_reduce.py                 # 2**30 configurations, 1 and 2 CPU devices
+    python experiments/benchmark_reduce.py --size-log2 24  # a quick run
+
+For each device count, in one child process (so the device count is its
+own and its peak memory is its own):
+  reference  the fused numba evaluation of resnet50/wfbp (experiments/
+             fused_reference.py) on a 2**22-configuration grid;
+  kernel     the sweep kernel alone on one pre-built chunk;
+  full cube  sweep.run into an in-memory cube, 2**22 configurations;
+and in a second child, alone: sweep.run with a `[reduce]` table over the
+2**size_log2 grid (resnet50/wfbp: 16 batch sizes x 16 node counts x 4 GPUs
+per node x inter-node bandwidths x latencies), reduced over the link
+(`inter.bandwidth`, `inter.alpha`) with min, argmin, max, mean and q50 of
+two outputs: its rate, and its peak resident memory. Prints one JSON object
+per device count and a summary line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import jax
+
+import sweep
+
+try:
+    from experiments.benchmark import best_of, grid, kernel_rate, reference
+except ModuleNotFoundError:  # run as a script
+    from benchmark import best_of, grid, kernel_rate, reference
+
+SIDE_LOG2 = 22  # the reference, the kernel and the full cube
+REDUCE = {"over": ["inter.bandwidth", "inter.alpha"], "statistics": ["min", "argmin", "max", "mean", "q50"]}
+OUTPUTS = ["iteration_time", "scaling_efficiency"]
+
+
+def side_by_side() -> dict:
+    spec = sweep.load_spec({**grid(SIDE_LOG2), "outputs": OUTPUTS})
+    ref = reference(spec)
+    sweep.run(spec)  # compiles
+    full = spec.size / best_of(lambda: sweep.run(spec), 3)
+    return {"reference_rate": ref["rate"], "kernel_rate": kernel_rate(spec), "full_cube_rate": full}
+
+
+def reduced(size_log2: int) -> dict:
+    spec = sweep.load_spec({**grid(size_log2), "outputs": OUTPUTS, "reduce": REDUCE})
+    # One cluster of the same grid: the same chunk boxes, so the same compiled kernels.
+    warm = sweep.load_spec({**grid(size_log2), "batch_size": [8], "nodes": [1], "gpus_per_node": [1],
+                            "outputs": OUTPUTS, "reduce": REDUCE})
+    sweep.run(warm)
+    start = time.perf_counter()
+    result = sweep.run(spec)
+    seconds = time.perf_counter() - start
+    assert result["iteration_time_min"].notnull().all()
+    return {"grid": spec.size, "reduce_seconds": seconds, "reduce_rate": spec.size / seconds,
+            "reduce_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "result_bytes": int(result.nbytes)}
+
+
+def child(devices: int, what: str, size_log2: int) -> dict:
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    code = (f"import sys, json; sys.path[:0] = [{_root()!r}, {os.path.dirname(os.path.abspath(__file__))!r}]; "
+            f"import benchmark_reduce as b; print(json.dumps(b.{what}({size_log2 if what == 'reduced' else ''})))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-log2", type=int, default=30)
+    parser.add_argument("--devices", default="1,2", help="CPU device counts (comma-separated)")
+    args = parser.parse_args(argv)
+    rows = []
+    for devices in (int(d) for d in args.devices.split(",")):
+        row = {"devices": devices, "platform": jax.devices()[0].platform,
+               **child(devices, "side_by_side", args.size_log2), **child(devices, "reduced", args.size_log2)}
+        row["reduce_vs_reference"] = row["reduce_rate"] / row["reference_rate"]
+        row["reduce_vs_kernel"] = row["reduce_rate"] / row["kernel_rate"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    base = rows[0]["reduce_rate"]
+    print("summary: " + "; ".join(
+        f"{r['devices']} device(s): [reduce] {r['reduce_rate'] / 1e6:.1f} M/s over {r['grid']:,} "
+        f"({r['reduce_vs_reference']:.2f}x reference, {r['reduce_vs_kernel']:.2f}x kernel, "
+        f"{r['reduce_rate'] / base:.2f}x one device, peak {r['reduce_peak_rss_mib']:.0f} MiB)" for r in rows))
+    return 0
+
+
+def _root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
