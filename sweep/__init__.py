@@ -7,6 +7,7 @@ importing JAX.
 
 Scenarios and sweeps:
     run(spec, output=None, ...)      evaluate a scenario into a labelled cube
+    open_cube(path)                  a cube from its file, sampled names decoded from their codes
     load_spec(source) -> Spec        read and check a scenario (TOML path or mapping)
     SpecError                        what bad input raises: one line, key and value
     explain(spec) / format_explain   one configuration's schedule from the compiled program
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _HOMES = {
     "run": "sweep.engine.runner",
+    "open_cube": "sweep.engine.store",
     "load_spec": "sweep.scenario.spec",
     "Spec": "sweep.scenario.spec",
     "SpecError": "sweep.errors",

@@ -27,7 +27,7 @@ GRID = {
 
 
 def open_cube(path):
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
+    with sweep.open_cube(path) as ds:
         return ds.load()
 
 
@@ -268,3 +268,19 @@ def test_chunked_boxes_agree_with_single_configurations(reference_cube, chunk):
         expected = float(evaluate_params(compile_structure(structure), params)["iteration_time"][0])
         got = float(cube["iteration_time"].values[index])
         assert got == pytest.approx(expected, rel=1e-6), (point, chunk)
+
+
+def test_sampled_names_are_stored_as_codes_and_read_back_as_names(tmp_path, sampled_cube):
+    """Sampled categorical keys take one byte per configuration on disk
+    (CF flag_values / flag_meanings); open_cube gives back the names."""
+    out = tmp_path / "s.nc"
+    sweep.run(SAMPLED, output=out, chunk=300, open_result=False)
+    with xr.open_dataset(out, engine="h5netcdf") as raw:
+        stored = raw["strategy"]
+        assert stored.dtype == np.int8
+        assert stored.attrs["flag_meanings"] == "bsp wfbp mgwfbp"
+        np.testing.assert_array_equal(stored.attrs["flag_values"], [0, 1, 2])
+        assert raw["batch_size"].dtype.kind == "i" and "flag_meanings" not in raw["batch_size"].attrs  # a range
+    with sweep.open_cube(out) as cube:
+        np.testing.assert_array_equal(cube["strategy"].values, sampled_cube["strategy"].values)
+        assert "flag_meanings" not in cube["strategy"].attrs

@@ -125,7 +125,8 @@ class Plan:
     def columns(self, chunk: Chunk) -> tuple[dict[str, Column], dict[str, np.ndarray]]:
         """Columns of every given key for the chunk's configurations (index
         arrays that broadcast to `padded_box_shape()`), and the sampled values
-        per configuration (unpadded), for the cube's coordinates."""
+        per configuration (unpadded; a list of choices gives indices into
+        it), for the cube's coordinates."""
         spec = self.spec
         index = self.indices(chunk)
         columns = grid_columns(spec, {a.key: index[i] for i, a in enumerate(spec.axes)},
@@ -140,7 +141,7 @@ class Plan:
                 values = dim.values(draws[:, d])
                 if dim.choices is not None:
                     columns[dim.key] = Column(dim.choices, values[position])
-                    sampled[dim.name] = np.asarray(dim.choices)[values]
+                    sampled[dim.name] = values  # indices into the choices (sweep.engine.store.decode_sampled)
                 else:
                     columns[dim.key] = Column(values, position)
                     sampled[dim.name] = values

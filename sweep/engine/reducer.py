@@ -27,6 +27,7 @@ from sweep.engine.devices import single_device
 from sweep.engine.evaluate import DEFAULT_CHUNK, _dispatch, make_progress, visible_devices
 from sweep.engine.plan import Plan
 from sweep.engine.store import (OutputLock, WriteError, _cube_inputs, _changes, _writing, check_finite, identity,
+                                open_cube,
                                 make_layout)
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import is_sensitivity, variable_name
@@ -134,7 +135,7 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     if devices.agree(np.array([store.already_complete]))[0]:
         store.release()
         log(f"{output} is already complete for this scenario and these inputs: nothing to do")
-        return xr.open_dataset(output, engine="h5netcdf") if open_result else None
+        return open_cube(output) if open_result else None
     empty = kernel.init(shape, spec.outputs)
     state = store.restore(empty)
     done = np.zeros(plan.num_chunks, bool)
@@ -194,7 +195,7 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
         if store.finish(result):
             log(f"replaced the existing {output}")
         if open_result:
-            return xr.open_dataset(output, engine="h5netcdf")
+            return open_cube(output)
     else:
         store.release()
     return None
@@ -299,7 +300,7 @@ def statistics(spec: Spec, shape: kernel.ReduceShape, acc: dict, devices: int) -
     if spec.sample is not None and spec.dims[-1] in dims:
         draws = spec.sample.uniforms(0, spec.sample.n)
         for i, dim in enumerate(spec.sample.dimensions):
-            coords[dim.name] = (spec.dims[-1], _sampled_values(dim, draws[:, i]), full.sampled[dim.name][1])
+            coords[dim.name] = (spec.dims[-1], _sampled_values(dim, draws[:, i]), _plain_attrs(full.sampled[dim.name][1]))
     over = ", ".join(reduction.over)
     count = per_cell(spec)
     data = {}
@@ -358,11 +359,16 @@ def _positions(spec: Spec, shape: kernel.ReduceShape, words: np.ndarray, full) -
             out[dim] = (index, {"units": "1", "long_name": "sampled configuration index"})
             draws = spec.sample.uniforms_at(index)
             for i, sampled in enumerate(spec.sample.dimensions):
-                out[sampled.name] = (_sampled_values(sampled, draws[:, i]), full.sampled[sampled.name][1])
+                out[sampled.name] = (_sampled_values(sampled, draws[:, i]), _plain_attrs(full.sampled[sampled.name][1]))
         else:
             out[dim] = (np.asarray(full.coords[dim][0])[words[w]], full.coords[dim][1])
             w += 1
     return out
+
+
+def _plain_attrs(attrs: dict) -> dict:
+    """A sampled key's labels without its codes' flags (the result holds the values)."""
+    return {k: v for k, v in attrs.items() if not k.startswith("flag_")}
 
 
 def _sampled_values(dim, draws: np.ndarray) -> np.ndarray:

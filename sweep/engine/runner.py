@@ -7,12 +7,11 @@ resume, replace and clean-up rules of DESIGN 2.6.
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
 
 from sweep.engine import interrupt
 from sweep.engine.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
 from sweep.engine.plan import Plan
-from sweep.engine.store import MemoryStore, NetcdfStore, NullStore, WriteError, identity, make_layout
+from sweep.engine.store import MemoryStore, NetcdfStore, NullStore, WriteError, identity, make_layout, open_cube
 from sweep.errors import SpecError
 from sweep.scenario.spec import Spec, load_spec
 
@@ -52,7 +51,7 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
     if devices.agree(np.array([store.already_complete]))[0]:  # process 0 decides for all
         store.finish()
         log(f"{output} is already complete for this scenario and these inputs: nothing to do")
-        return xr.open_dataset(output, engine="h5netcdf") if open_result else None
+        return open_cube(output) if open_result else None
     progress = _Progress(make_progress(spec.size, quiet or not devices.leader))
     try:
         run_plan(spec, store, plan, devices, progress)
@@ -73,7 +72,7 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
         if store.finish():
             log(f"replaced the existing {output}")
         if open_result:
-            return xr.open_dataset(output, engine="h5netcdf")
+            return open_cube(output)
     return None
 
 

@@ -55,7 +55,7 @@ class Layout:
     dims: tuple[str, ...]
     shape: tuple[int, ...]
     coords: dict  # dimension coordinate name -> (values, attrs)
-    sampled: dict  # sampled-key coordinate name -> (kind, attrs), along `config`
+    sampled: dict  # sampled-key coordinate name -> (kind, attrs, choices or None), along `config`
     variables: dict  # name -> (dtype, attrs)
     attrs: dict
     disk_chunks: tuple[int, ...]
@@ -70,7 +70,14 @@ def make_layout(spec: Spec, devices: int, disk_chunks: tuple[int, ...], inputs: 
     if spec.sample is not None:
         for d in spec.sample.dimensions:
             key = KEYS[d.key]
-            sampled[d.name] = (key.kind, {"units": key.units, "long_name": f"{key.long_name} (sampled)"})
+            attrs = {"units": key.units, "long_name": f"{key.long_name} (sampled)"}
+            kind = key.kind
+            if d.choices is not None and all(isinstance(c, str) and c and not any(ch.isspace() for ch in c)
+                                             for c in d.choices):
+                kind = CODE  # names stored as small integers, labelled CF-style (open_cube decodes them)
+                attrs.update(flag_values=np.arange(len(d.choices), dtype=_code_dtype(d.choices)),
+                             flag_meanings=" ".join(d.choices))
+            sampled[d.name] = (kind, attrs, d.choices)
     variables = {}
     for name in spec.outputs:
         if is_sensitivity(name):
@@ -107,6 +114,34 @@ def lowering_summary(spec: Spec) -> str:
     return "; ".join(parts)
 
 
+CODE = "code"  # the kind of a sampled name stored as its index among the choices
+
+
+def _code_dtype(choices) -> type:
+    return np.int8 if len(choices) <= 127 else np.int16 if len(choices) <= 32767 else np.int32
+
+
+def decode_sampled(layout: Layout, name: str, values: np.ndarray) -> np.ndarray:
+    """A sampled key's values from what `sweep.engine.plan.Plan.columns`
+    gives (indices into the choices, for a list of choices)."""
+    _, _, choices = layout.sampled[name]
+    return values if choices is None else np.asarray(choices)[values]
+
+
+def open_cube(path) -> xr.Dataset:
+    """A cube written by `run`, with sampled names decoded from their codes
+    (CF `flag_values` / `flag_meanings`, which xarray leaves as integers) back
+    to strings; outputs such as `bottleneck` keep their codes."""
+    ds = xr.open_dataset(path, engine="h5netcdf")
+    for name, coord in list(ds.coords.items()):
+        if name in ds.dims or "flag_meanings" not in coord.attrs:
+            continue
+        meanings = np.asarray(coord.attrs["flag_meanings"].split(), dtype=object)
+        attrs = {k: v for k, v in coord.attrs.items() if not k.startswith("flag_")}
+        ds = ds.assign_coords({name: (coord.dims, meanings[coord.values], attrs)})
+    return ds
+
+
 class MemoryStore:
     """Collects results in memory and returns an xarray Dataset."""
     already_complete = False
@@ -116,19 +151,21 @@ class MemoryStore:
         self.completed: set[int] = set()
         self.arrays = {name: np.empty(layout.shape, dtype) for name, (dtype, _) in layout.variables.items()}
         n = layout.shape[-1] if layout.sampled else 0
-        self.sampled = {name: np.empty(n, object if kind is str else kind) for name, (kind, _) in layout.sampled.items()}
+        self.sampled = {name: np.empty(n, object if kind in (str, CODE) else kind)
+                        for name, (kind, _, _) in layout.sampled.items()}
 
     def write(self, chunk, block: dict[str, np.ndarray], sampled: dict[str, np.ndarray]) -> None:
         check_finite(self.layout, chunk, block, sampled)
         for name, values in block.items():
             self.arrays[name][chunk.box] = values
         for name, values in sampled.items():
-            self.sampled[name][chunk.box[-1]] = values
+            self.sampled[name][chunk.box[-1]] = decode_sampled(self.layout, name, values)
 
     def finish(self) -> xr.Dataset:
         lay = self.layout
         coords = {name: (name, values, attrs) for name, (values, attrs) in lay.coords.items()}
-        for name, (_, attrs) in lay.sampled.items():
+        for name, (_, attrs, _) in lay.sampled.items():
+            attrs = {k: v for k, v in attrs.items() if not k.startswith("flag_")}
             coords[name] = (lay.dims[-1], self.sampled[name], attrs)
         data = {name: (lay.dims, self.arrays[name], attrs) for name, (_, attrs) in lay.variables.items()}
         return xr.Dataset(data, coords=coords, attrs=lay.attrs)
@@ -236,8 +273,8 @@ class NetcdfStore:
             f.dimensions = dict(zip(lay.dims, lay.shape))
             for name, (values, attrs) in lay.coords.items():
                 _coordinate(f, name, (name,), values, attrs)
-            for name, (kind, attrs) in lay.sampled.items():
-                _coordinate(f, name, (lay.dims[-1],), None, attrs, kind)
+            for name, (kind, attrs, choices) in lay.sampled.items():
+                _coordinate(f, name, (lay.dims[-1],), None, attrs, _code_dtype(choices) if kind == CODE else kind)
             extra = " ".join(lay.sampled)
             # A single configuration is a scalar: HDF5 neither chunks nor compresses those.
             storage = dict(chunks=lay.disk_chunks, compression="gzip", compression_opts=1, shuffle=True) \
@@ -258,6 +295,8 @@ class NetcdfStore:
                 self.file[name][chunk.box] = values
             for name, values in sampled.items():
                 var = self.file[name]
+                if self.layout.sampled[name][0] != CODE:
+                    values = decode_sampled(self.layout, name, values)
                 if var.dtype.kind == "O":
                     var[chunk.box[-1]] = values.astype(object)
                 else:
@@ -455,7 +494,8 @@ def _configuration(layout: Layout, chunk, where: tuple, sampled: dict) -> str:
         else:  # the sampled `config` dimension
             parts.append(f"{dim}={index}")
             for name, values in sampled.items():
-                parts.append(f"{name}={_plain(np.asarray(values)[offset if offset is not None else 0])!r}")
+                value = decode_sampled(layout, name, np.asarray(values)[offset if offset is not None else 0])
+                parts.append(f"{name}={_plain(value)!r}")
     return ", ".join(parts) or "the single configuration"
 
 
@@ -531,7 +571,7 @@ def estimate_bytes(layout: Layout) -> int:
     size = math.prod(layout.shape)
     total = sum(np.dtype(dtype).itemsize for dtype, _ in layout.variables.values()) * size
     n = layout.shape[-1] if layout.sampled else 0
-    total += sum(16 if kind is str else 8 for kind, _ in layout.sampled.values()) * n
+    total += sum(16 if kind is str else 1 if kind == CODE else 8 for kind, _, _ in layout.sampled.values()) * n
     total += sum(np.asarray(values).nbytes for values, _ in layout.coords.values())
     return int(total)
 
@@ -540,7 +580,9 @@ def _coordinate(f, name, dims, values, attrs, kind=None):
     """A coordinate variable; strings as variable-length UTF-8, booleans as
     int8 flagged for xarray's decoder."""
     kind = kind or (str if values.dtype.kind in "UO" else bool if values.dtype == bool else None)
-    if kind is str:
+    if isinstance(kind, type) and issubclass(kind, np.integer):  # codes of sampled names
+        var = f.create_variable(name, dims, kind)
+    elif kind is str:
         var = f.create_variable(name, dims, h5py.string_dtype(),
                                 data=None if values is None else values.astype(object))
     elif kind is bool:

@@ -48,8 +48,10 @@ def plot_cube(cube_path: str | os.PathLike, output: str | os.PathLike | None = N
 def open_cube(path: Path) -> xr.Dataset:
     if not path.is_file():
         raise SpecError("cube", str(path), "no such file")
+    from sweep.engine.store import open_cube as open_with_names
+
     try:
-        return xr.open_dataset(path)
+        return open_with_names(path)
     except Exception as err:  # xarray raises many types for files it cannot read
         reason = " ".join(str(err).split()).split(". ")[0][:120]
         raise SpecError("cube", str(path), f"cannot read as a netCDF cube ({err.__class__.__name__}: {reason})")
