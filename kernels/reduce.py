@@ -209,9 +209,12 @@ def accumulate(acc: dict, outputs: dict, box: Box, shape: ReduceShape):
         for stat, sign in (("min", 1.0), ("max", -1.0)):
             if stat in own:
                 masked = jnp.where(valid, sign * block, jnp.inf)
-                first = words(jnp.argmin(masked, axis=1).astype(jnp.int32)) if "arg" + stat in own else None
-                out[stat], at = _first_minimum(own[stat], own.get("arg" + stat), jnp.min(masked, axis=1), cell,
-                                               first, valid_rows)
+                least = jnp.min(masked, axis=1)
+                first = None
+                if "arg" + stat in own:  # a plain min of positions vectorises; XLA's argmin (a pair reduce) does not
+                    column = jax.lax.broadcasted_iota(jnp.int32, masked.shape, 1)
+                    first = words(jnp.min(jnp.where(masked == least[:, None], column, masked.shape[1]), axis=1))
+                out[stat], at = _first_minimum(own[stat], own.get("arg" + stat), least, cell, first, valid_rows)
                 if at is not None:
                     out["arg" + stat] = at
         if "sum" in own:

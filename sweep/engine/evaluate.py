@@ -136,23 +136,42 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 
 def _dispatch(spec, plan, chunk, devices):
     dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
-    params = expand(devices.replicate(dict(params)), plan.padded_box_shape(), chunk.padded, devices.sharded,
-                    _varying(spec, plan, chunk))
+    params = _on_devices(params, plan, chunk, devices, _varying(spec, plan, chunk))
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
     return out, sampled  # asynchronous
 
 
-@functools.partial(jax.jit, static_argnames=("box", "length", "sharding", "varying"))
-def expand(params: dict, box: tuple[int, ...], length: int, sharding, varying: frozenset) -> Params:
-    """The kernels' [C] parameters on the devices from the host's compact
-    ones: each parameter varies only along the box dimensions of the keys it
-    depends on (`sweep.engine.plan.Plan.indices`), so the host builds and
-    copies O(axis lengths) values and the devices broadcast them to the
-    chunk's `length` configurations (padding repeats the last one), sharded.
-    A parameter not in `varying` (one value in the whole scenario) stays [1]:
-    which are [1] never depends on the chunking, nor then do the results."""
-    out = {}
+def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset) -> Params:
+    """A chunk's compact host parameters as the kernels' [C] parameters on
+    the devices: packed into one float and one integer buffer (two copies to
+    the devices, not one per parameter), then `expand`ed there."""
+    layout, buffers = [], {np.float32: [], np.int32: []}
+    offsets = {np.float32: 0, np.int32: 0}
     for name, value in params.items():
+        kind = np.int32 if np.issubdtype(value.dtype, np.integer) else np.float32
+        layout.append((name, value.shape, kind is np.int32, offsets[kind]))
+        buffers[kind].append(np.ravel(value).astype(kind, copy=False))
+        offsets[kind] += value.size
+    packed = [np.concatenate(buffers[kind]) if buffers[kind] else np.zeros(1, kind) for kind in (np.float32, np.int32)]
+    return expand(*devices.replicate(packed), tuple(layout), plan.padded_box_shape(), chunk.padded, devices.sharded,
+                  varying)
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "box", "length", "sharding", "varying"))
+def expand(floats, ints, layout: tuple, box: tuple[int, ...], length: int, sharding, varying: frozenset) -> Params:
+    """The kernels' [C] parameters on the devices from the host's compact
+    ones (packed: per parameter its name, shape, whether an integer and its
+    offset in its buffer). Each parameter varies only along the box
+    dimensions of the keys it depends on (`sweep.engine.plan.Plan.indices`),
+    so the host builds and copies O(axis lengths) values and the devices
+    broadcast them to the chunk's `length` configurations (padding repeats
+    the last one), sharded. A parameter not in `varying` (one value in the
+    whole scenario) stays [1]: which are [1] never depends on the chunking,
+    nor then do the results."""
+    out = {}
+    for name, shape, integer, offset in layout:
+        size = int(np.prod(shape))
+        value = (ints if integer else floats)[offset:offset + size].reshape(shape)
         if name not in varying:
             out[name] = value.reshape(1)
             continue
@@ -173,15 +192,13 @@ def _chunk_inputs(spec: Spec, plan: Plan, chunk):
     return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
 
 
-_VARYING: dict = {}
-
-
 def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:
     """The parameters that take more than one value somewhere in the
     scenario (for this structural group): from a probe chunk in which every
-    key with more than one value takes two."""
-    cache_key = (spec.to_toml(), tuple(sorted((k, str(v)) for k, v in chunk.structure.items())))
-    if cache_key not in _VARYING:
+    key with more than one value takes two. Cached on the plan."""
+    cache_key = tuple(sorted((k, str(v)) for k, v in chunk.structure.items()))
+    cache = plan.__dict__.setdefault("varying", {})
+    if cache_key not in cache:
         columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in spec.fixed.items()}
         for axis in spec.axes:
             columns[axis.key] = Column(axis.values, np.arange(min(len(axis.values), 2)))
@@ -189,9 +206,8 @@ def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:
             columns[dim.key] = Column(dim.choices or (dim.low, dim.high), np.arange(2 if not dim.choices else
                                                                                    min(len(dim.choices), 2)))
         params, _ = _params(spec, columns, zoo.model_of(chunk.structure))
-        _VARYING.clear() if len(_VARYING) > 64 else None
-        _VARYING[cache_key] = frozenset(name for name, value in params.items() if value.size > 1)
-    return _VARYING[cache_key]
+        cache[cache_key] = frozenset(name for name, value in params.items() if value.size > 1)
+    return cache[cache_key]
 
 
 def _params(spec: Spec, columns: dict, model) -> tuple[Params, tuple]:
@@ -246,8 +262,7 @@ def prepare_chunk(spec: Spec, chunk: int = DEFAULT_CHUNK, devices: Devices | Non
     plan = Plan(spec, chunk, multiple=devices.count)
     first = next(plan.chunks())
     dag, params, tangents, fixed_buckets, _ = _chunk_inputs(spec, plan, first)
-    params = jax.block_until_ready(expand(devices.replicate(dict(params)), plan.padded_box_shape(), first.padded,
-                                          devices.sharded, _varying(spec, plan, first)))
+    params = jax.block_until_ready(_on_devices(params, plan, first, devices, _varying(spec, plan, first)))
     return PreparedChunk(spec, first.structure, dag, params, first.padded, tangents, fixed_buckets)
 
 
