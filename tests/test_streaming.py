@@ -284,3 +284,32 @@ def test_sampled_names_are_stored_as_codes_and_read_back_as_names(tmp_path, samp
     with sweep.open_cube(out) as cube:
         np.testing.assert_array_equal(cube["strategy"].values, sampled_cube["strategy"].values)
         assert "flag_meanings" not in cube["strategy"].attrs
+
+
+@pytest.mark.parametrize("spec_dict, chunk", [(GRID, 7), (GRID, 90), (SAMPLED, 128),
+                                              ({**GRID, "outputs": ["iteration_time", "d_iteration_time/d_inter.bandwidth"],
+                                                "ps": {"servers": [1, 2]}}, 33)])
+def test_parameters_broadcast_on_the_devices_equal_the_flat_host_ones(spec_dict, chunk):
+    """The devices broadcast each parameter from its per-axis values
+    (evaluate.expand); the host's flat resolution of every configuration
+    (kernel_params on [C] columns, as before boxes) gives the same bits."""
+    from sweep.engine import evaluate
+    from sweep.engine.params import Column, kernel_params
+    from sweep.engine.plan import Plan
+    from sweep.graph import zoo
+
+    spec = load_spec(spec_dict)
+    devices = evaluate.visible_devices()
+    plan = Plan(spec, chunk)
+    box = plan.padded_box_shape()
+    for chunk_ in list(plan.chunks())[:: max(1, plan.num_chunks // 5)]:
+        _, params, _, _, _ = evaluate._chunk_inputs(spec, plan, chunk_)
+        on_devices = evaluate._on_devices(params, plan, chunk_, devices, evaluate._varying(spec, plan, chunk_))
+        columns, _ = plan.columns(chunk_)
+        flat = {key: Column(c.values, np.broadcast_to(c.index, box).reshape(-1)[:chunk_.size])
+                for key, c in columns.items()}
+        expected = kernel_params(flat, zoo.model_of(chunk_.structure), chunk_.size)
+        for name, value in on_devices.items():
+            got = np.asarray(value)
+            got = got[:chunk_.size] if got.size > 1 else np.broadcast_to(got, (chunk_.size,))
+            np.testing.assert_array_equal(got, expected[name], err_msg=f"{name}, chunk {chunk_.id}")

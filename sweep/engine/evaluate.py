@@ -110,6 +110,11 @@ def by_tiles(fn, params, tile: int):
 @functools.partial(jax.jit, static_argnames=("outputs", "size"))
 def _output_kernel(primary, params, outputs, size):
     TRACES[outputs] += 1  # runs only while tracing
+    return selected_outputs(primary, params, outputs, size)
+
+
+def selected_outputs(primary, params, outputs, size):
+    """The outputs asked for, [size] each, from the primaries."""
     out = {**primary, **derived_outputs(primary, params)}
     # Outputs that depend on single-valued keys only come out as [1]: broadcast.
     return {name: jnp.broadcast_to(out[name], (size,)) for name in outputs}
@@ -134,9 +139,14 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
         _finish(*pending, plan, store, devices, progress)
 
 
-def _dispatch(spec, plan, chunk, devices):
+def _dispatch(spec, plan, chunk, devices, primaries_only: bool = False):
+    """Start a chunk on the devices: its outputs (or, with `primaries_only`,
+    the primaries and the parameters, for a caller that derives the outputs
+    in a step of its own) and its sampled values."""
     dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
     params = _on_devices(params, plan, chunk, devices, _varying(spec, plan, chunk))
+    if primaries_only:
+        return (_primary_kernel(dag, params, tangents, fixed_buckets), params), sampled
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
     return out, sampled  # asynchronous
 

@@ -24,7 +24,7 @@ from kernels import reduce as kernel
 from kernels.outputs import OUTPUT
 from sweep.atomic import write_atomically
 from sweep.engine.devices import single_device
-from sweep.engine.evaluate import DEFAULT_CHUNK, _dispatch, make_progress, visible_devices
+from sweep.engine.evaluate import DEFAULT_CHUNK, _dispatch, make_progress, selected_outputs, visible_devices
 from sweep.engine.plan import Plan
 from sweep.engine.store import (OutputLock, WriteError, _cube_inputs, _changes, _writing, check_finite, identity,
                                 open_cube,
@@ -99,9 +99,14 @@ def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
 
 
 @functools.lru_cache(maxsize=None)
-def _accumulator(shape: kernel.ReduceShape):
-    """The jitted fold for one accumulator layout (on the device of its inputs)."""
-    return jax.jit(functools.partial(kernel.accumulate, shape=shape), donate_argnums=0)
+def _accumulator(shape: kernel.ReduceShape, outputs: tuple[str, ...], size: int):
+    """The jitted step after the primary kernel, for one accumulator layout:
+    the selected outputs, folded at once (never stored), on the device of
+    its inputs."""
+    def step(acc, primary, params, box):
+        return kernel.accumulate(acc, selected_outputs(primary, params, outputs, size), box, shape)
+
+    return jax.jit(step, donate_argnums=0)
 
 
 class _Lane:
@@ -144,7 +149,7 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     restored = devices.agree_tree(state.accumulators)  # process 0 read the checkpoint
     leader_lane = jax.process_index() == 0
     lanes = [_Lane(d, restored if leader_lane and i == 0 else empty) for i, d in enumerate(jax.local_devices())]
-    fold = _accumulator(shape)
+    fold = _accumulator(shape, spec.outputs, plan.length)
     completed = set(np.flatnonzero(done).tolist())
     todo = [c for c in plan.chunks() if not done[c.id]]
     processes, rank = jax.process_count(), jax.process_index()
@@ -158,8 +163,8 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     try:
         for i, chunk_ in enumerate(mine):
             lane = lanes[i % len(lanes)]
-            out, _ = _dispatch(spec, plan, chunk_, lane.devices)
-            lane.acc, bad = fold(lane.acc, out, lane.devices.replicate(chunk_box(spec, shape, chunk_)))
+            (primary, params), _ = _dispatch(spec, plan, chunk_, lane.devices, primaries_only=True)
+            lane.acc, bad = fold(lane.acc, primary, params, lane.devices.replicate(chunk_box(spec, shape, chunk_)))
             checked.append((lane, chunk_, bad))
             folded.append(chunk_.id)
             _check_finite(spec, plan, checked, keep=len(lanes))
