@@ -72,7 +72,7 @@ def reduced(size_log2: int) -> dict:
 def child(devices: int, what: str, size_log2: int) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     code = (f"import sys, json; sys.path[:0] = [{_root()!r}, {os.path.dirname(os.path.abspath(__file__))!r}]; "
-            f"import benchmark_reduce as b; print(json.dumps(b.{what}({size_log2}))))")
+            f"import benchmark_reduce as b; print(json.dumps(b.{what}({size_log2})))")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(done.stderr)

@@ -91,7 +91,7 @@ def steps(scale: int) -> list:
     mgwfbp = {**grid(mid), "strategy": "mgwfbp", "outputs": ["iteration_time"], "reduce": OPTIMUM}
     sample = {"model": "resnet50", "gpus_per_node": 8, "nodes": [4, 16, 64, 256],
               "outputs": ["iteration_time", "scaling_efficiency"],
-              "sample": {"n": 2 ** (mid - 2), "seed": 1,
+              "sample": {"n": 2 ** mid, "seed": 1,
                          "inter": {"bandwidth": {"min": 1.25e9, "max": 5e11, "scale": "log"},
                                    "alpha": {"min": 1e-6, "max": 1e-3, "scale": "log"}},
                          "batch_size": {"min": 8, "max": 256, "scale": "log"},

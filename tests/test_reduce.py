@@ -14,6 +14,7 @@ import pytest
 import xarray as xr
 
 import sweep
+import test_devices  # the grid that one device, four and two processes all compute
 from kernels.outputs import OUTPUT
 
 GRID = {
@@ -228,13 +229,7 @@ def test_accumulators_beyond_the_limit_exit_2(cli, tmp_path):
     assert list(tmp_path.iterdir()) == [spec]
 
 
-SHARDED = """
-model = ["alexnet", "resnet50"]
-batch_size = [16, 64]
-nodes = [1, 2, 4, 8, 16]
-gpus_per_node = 4
-strategy = ["bsp", "wfbp", "mgwfbp"]
-inter.bandwidth = [1e9, 3e9, 1e10]
+SHARDED = test_devices.SPEC + """
 outputs = ["iteration_time", "bottleneck"]
 [reduce]
 over = ["strategy", "inter.bandwidth", "batch_size"]

@@ -30,7 +30,7 @@ def one_line(stderr: str) -> str:
 
 
 def open_cube(path):
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
+    with sweep.open_cube(path) as ds:
         return ds.load()
 
 

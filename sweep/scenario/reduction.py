@@ -56,23 +56,12 @@ def parse_reduce(table, dims: tuple[str, ...]) -> Reduction:
     if unknown:
         field = sorted(unknown)[0]
         raise SpecError(f"reduce.{field}", table[field], "unknown field; use over, statistics, accuracy")
-    over = table.get("over")
-    if isinstance(over, str):
-        over = [over]
-    if not isinstance(over, list) or not over or not all(isinstance(k, str) for k in over):
-        raise SpecError("reduce.over", over, "must be a non-empty list of swept keys (or \"config\" for a sample)")
+    over = _names(table, "over", 'a non-empty list of swept keys (or "config" for a sample)')
     for key in over:
         if key not in dims:
-            swept = [d for d in dims]
-            hint = closest(key, swept) if swept else "this scenario sweeps nothing"
+            hint = closest(key, dims) if dims else "this scenario sweeps nothing"
             raise SpecError("reduce.over", key, f"not a swept key of this scenario; {hint}")
-    if len(set(over)) != len(over):
-        raise SpecError("reduce.over", over, "names a key twice")
-    statistics = table.get("statistics")
-    if isinstance(statistics, str):
-        statistics = [statistics]
-    if not isinstance(statistics, list) or not statistics or not all(isinstance(s, str) for s in statistics):
-        raise SpecError("reduce.statistics", statistics, "must be a non-empty list, e.g. [\"min\", \"argmin\", \"q50\"]")
+    statistics = _names(table, "statistics", 'a non-empty list, e.g. ["min", "argmin", "q50"]')
     for statistic in statistics:
         match = QUANTILE.fullmatch(statistic)
         if match is None and statistic not in STATISTICS:
@@ -81,11 +70,21 @@ def parse_reduce(table, dims: tuple[str, ...]) -> Reduction:
                             "(quantiles are q0 to q100)")
         if match is not None and not 0 <= int(match.group(1)) <= 100:
             raise SpecError("reduce.statistics", statistic, "a quantile must lie in 0..1: q0 to q100 (percent)")
-    if len(set(statistics)) != len(statistics):
-        raise SpecError("reduce.statistics", statistics, "names a statistic twice")
     accuracy = table.get("accuracy", DEFAULT_ACCURACY)
     if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) or not math.isfinite(accuracy) \
             or not 1e-4 <= accuracy <= 0.1:
         raise SpecError("reduce.accuracy", accuracy, "the quantiles' relative accuracy must lie in 1e-4..0.1")
     ordered = tuple(d for d in dims if d in over)  # cube order: what argmin's tie-break follows
     return Reduction(ordered, tuple(statistics), float(accuracy))
+
+
+def _names(table, field: str, what: str) -> list[str]:
+    """A field holding a list of distinct names (one name alone is a list of one)."""
+    names = table.get(field)
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise SpecError(f"reduce.{field}", names, f"must be {what}")
+    if len(set(names)) != len(names):
+        raise SpecError(f"reduce.{field}", names, "names one twice")
+    return names
