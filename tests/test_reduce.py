@@ -268,3 +268,29 @@ def test_four_devices_and_two_processes_give_the_same_answer(tmp_path):
                     np.testing.assert_allclose(other[var], one[var], rtol=1e-6)
                 else:
                     np.testing.assert_array_equal(other[var], one[var], err_msg=f"{name} {var}")
+
+
+def test_merging_devices_keeps_the_first_optimum_and_carries_counts():
+    """Accumulators of two devices, by hand: the lesser value wins, a tie
+    goes to the lexicographically first position, histogram counts add
+    across the 30-bit words."""
+    from kernels import reduce as kernel
+    from sweep.engine.reducer import merge
+
+    shape = kernel.ReduceShape((True, True), -1, (0, 0), 3, frozenset({"min", "argmin", "sum", "hist"}), 0.01, 2,
+                               (0, 1), (2, 2))
+    low = (1 << 30) - 1
+    a = {"x": {"min": np.float32([1, 2, 3]), "argmin": np.int32([[0, 1, 1], [5, 0, 0]]),
+               "sum": np.float32([1, 1, 1]), "carry": np.float32([0, 0, 0]),
+               "hist": np.zeros((2, 3, 4), np.int32)}}
+    b = {"x": {"min": np.float32([1, 1, 4]), "argmin": np.int32([[0, 2, 0], [4, 9, 0]]),
+               "sum": np.float32([2, 2, 2]), "carry": np.float32([0, 0, 0]),
+               "hist": np.zeros((2, 3, 4), np.int32)}}
+    a["x"]["hist"][0, 0, 1], b["x"]["hist"][0, 0, 1] = low, 3  # 2**30 + 2 in all
+    a["x"]["hist"][1, 0, 1] = 1  # plus 2**30
+    out = merge([a, b], shape)["x"]
+    np.testing.assert_array_equal(out["min"], [1, 1, 3])
+    np.testing.assert_array_equal(out["argmin"], [[0, 2, 1], [4, 9, 0]])  # cell 0: a tie, (0, 4) < (0, 5)
+    np.testing.assert_array_equal(out["sum"], [3, 3, 3])
+    total = out["hist"][0, 0, 1].astype(np.int64) + (out["hist"][1, 0, 1].astype(np.int64) << 30)
+    assert total == low + 3 + (1 << 30) and out["hist"][0, 0, 1] <= low
