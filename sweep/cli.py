@@ -27,9 +27,12 @@ from sweep.errors import SpecError
 
 # `run` refuses a cube above this size (uncompressed) unless --allow-large.
 MAX_CUBE_BYTES = 64 * 2**30
-# Seconds per configuration, layer and unrolled iteration on one CPU device
-# (measured: ResNet-50, 2-core x86 host, about 370,000 configurations/s).
-SECONDS_PER_TASK = 1e-8
+# Seconds per configuration, layer and unrolled iteration on one CPU device,
+# by lowering (experiments/BENCHMARKS.md, 2-core x86 host, ResNet-50): the
+# contracted stream program at its slowest (mgwfbp and fusion walk the
+# channel: 4.9-6.1 M configurations/s) and the unrolled one (layer-wise,
+# ZeRO-3: 0.11-0.58 M/s).
+SECONDS_PER_TASK = {"contracted": 6e-10, "unrolled": 3e-8}
 GPU_SPEEDUP = 30  # a GPU device against one CPU device, roughly
 
 
@@ -321,7 +324,12 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
     speed = sum(GPU_SPEEDUP if d.platform == "gpu" else 1 for d in devices)
     if all(d.platform == "cpu" for d in devices):
         speed = min(speed, os.cpu_count() or 1)
-    seconds = spec.size * layers * iterations * SECONDS_PER_TASK / speed
+    from sweep.engine.plan import structural_groups
+    from sweep.graph.compiler import compile_structure
+
+    per_task = max(SECONDS_PER_TASK[compile_structure(structure).lowered.mode]
+                   for structure, _ in structural_groups(spec))
+    seconds = spec.size * layers * iterations * per_task / speed
     line = (f"{spec.size:,} configurations, about {_duration(seconds)} on this machine "
             f"({len(devices)} {devices[0].platform} device(s)), cube up to {_bytes(size_bytes)}")
     free = shutil.disk_usage(output.resolve().parent).free
