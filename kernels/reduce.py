@@ -68,53 +68,26 @@ def bins(accuracy: float) -> tuple[float, int, int]:
     return log_gamma, lowest, per_sign
 
 
+def layout(shape: ReduceShape, outputs: tuple[str, ...]) -> dict:
+    """Per output, per accumulator: (shape, dtype, initial value)."""
+    own = {}
+    for stat in ("min", "max"):
+        if stat in shape.statistics:
+            own[stat] = ((shape.cells,), np.float32, np.inf)
+            if "arg" + stat in shape.statistics:
+                own["arg" + stat] = ((shape.words, shape.cells), np.int32, NONE)
+    if "sum" in shape.statistics:
+        own["sum"] = ((shape.cells,), np.float32, 0)
+        own["carry"] = ((shape.cells,), np.float32, 0)  # Kahan's compensation
+    if "hist" in shape.statistics:
+        own["hist"] = ((shape.hist_words, shape.cells, 2 * bins(shape.accuracy)[2] + 1), np.int32, 0)
+    return {name: own for name in outputs}
+
+
 def init(shape: ReduceShape, outputs: tuple[str, ...]) -> dict:
     """Empty accumulators, as host (NumPy) arrays."""
-    acc = {}
-    for name in outputs:
-        own = {}
-        for stat in ("min", "max"):
-            if stat in shape.statistics:
-                own[stat] = np.full(shape.cells, np.inf, np.float32)
-                if "arg" + stat in shape.statistics:
-                    own["arg" + stat] = np.full((shape.words, shape.cells), NONE, np.int32)
-        if "sum" in shape.statistics:
-            own["sum"] = np.zeros(shape.cells, np.float32)
-            own["carry"] = np.zeros(shape.cells, np.float32)  # Kahan's compensation
-        if "hist" in shape.statistics:
-            own["hist"] = np.zeros((shape.hist_words, shape.cells, 2 * bins(shape.accuracy)[2] + 1), np.int32)
-        acc[name] = own
-    return acc
-
-
-def positions(shape: ReduceShape, box: Box, length: int):
-    """(valid [C] bool, cell [C] int32, words: list of [C] int32) of a chunk's
-    `length` configurations; padding gets cell = `cells` (dropped by scatters).
-    A box is a product of ranges in C order, so each dimension's index is its
-    start plus an iota along its own box axis: no division per configuration."""
-    def flat(x):
-        x = jnp.broadcast_to(x, shape.box_shape).reshape(-1)
-        return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (length - x.size,))]) if length > x.size else x
-
-    axis = {d: j for j, d in enumerate(shape.box_dims)}
-    index = [box.starts[d] + jax.lax.broadcasted_iota(jnp.int32, shape.box_shape, axis[d]) if d in axis
-             else box.starts[d] for d in range(len(shape.reduced))]
-    valid = jnp.arange(length, dtype=jnp.int32) < box.size
-    cell = jnp.zeros((), jnp.int32)
-    words = []
-    for d, reduced in enumerate(shape.reduced):
-        if d == shape.config_dim:
-            high = box.start_high + (index[d] >> WORD_BITS)
-            low = index[d] & LOW
-            if reduced:
-                words += [flat(high), flat(low)]
-            else:  # a kept sample fits in the cells, hence in int32
-                cell = cell + ((high << WORD_BITS) + low) * shape.strides[d]
-        elif reduced:
-            words.append(flat(index[d]))
-        else:
-            cell = cell + index[d] * shape.strides[d]
-    return valid, jnp.where(valid, flat(cell), shape.cells), words
+    return {name: {stat: np.full(size, value, dtype) for stat, (size, dtype, value) in own.items()}
+            for name, own in layout(shape, outputs).items()}
 
 
 def _first_minimum(best, best_at, x, cell, words, valid):
@@ -134,9 +107,9 @@ def _first_minimum(best, best_at, x, cell, words, valid):
     return new, jnp.stack(chosen)
 
 
-def histogram_bin(x, accuracy: float, per_sign: int):
+def histogram_bin(x, accuracy: float):
     """Bin index of each x: negative bins, zero, positive bins, in value order."""
-    log_gamma, lowest, _ = bins(accuracy)
+    log_gamma, lowest, per_sign = bins(accuracy)
     magnitude = jnp.abs(x)
     k = jnp.clip(jnp.ceil(jnp.log(jnp.maximum(magnitude, SMALLEST)) / log_gamma).astype(jnp.int32) - lowest,
                  0, per_sign - 1)
@@ -195,10 +168,11 @@ def _blocks(shape: ReduceShape, box: Box, length: int):
 
 def accumulate(acc: dict, outputs: dict, box: Box, shape: ReduceShape):
     """Fold one chunk's outputs ([C] each) into the accumulators; also
-    whether any valid configuration gave a non-finite value."""
+    whether any valid configuration gave a non-finite value. A box is a
+    product of ranges in C order, so positions and cells come from iotas
+    along its axes (`_blocks`): no division per configuration."""
     length = next(iter(outputs.values())).shape[-1]
     to_block, cell, valid_rows, valid, words = _blocks(shape, box, length)
-    flat = None
     bad = jnp.zeros((), bool)
     new = {}
     for name, own in acc.items():
@@ -225,10 +199,8 @@ def accumulate(acc: dict, outputs: dict, box: Box, shape: ReduceShape):
             out["carry"] = (total - own["sum"]) - y
             out["sum"] = total
         if "hist" in own:
-            if flat is None:
-                flat = positions(shape, box, length)
-            per_sign = (own["hist"].shape[-1] - 1) // 2
-            low = own["hist"][0].at[flat[1], histogram_bin(x, shape.accuracy, per_sign)].add(1, mode="drop")
+            entry_cell = jnp.where(valid, cell[:, None], shape.cells)  # padding: dropped
+            low = own["hist"][0].at[entry_cell, histogram_bin(block, shape.accuracy)].add(1, mode="drop")
             if shape.hist_words == 2:
                 high = own["hist"][1] + (low >> WORD_BITS)
                 out["hist"] = jnp.stack([low & LOW, high])

@@ -12,7 +12,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from kernels.parameters import Params
 from sweep.engine import interrupt
 from sweep.errors import SpecError
 
@@ -142,27 +141,12 @@ class Devices:
         """Whether this process writes output (process 0)."""
         return jax.process_index() == 0
 
-    def put(self, params: Params) -> Params:
-        """Global arrays from host arrays that every process holds in full:
-        [C] arrays split over devices, [1] arrays (constants) replicated."""
-        shardings = {k: self.replicated if v.shape == (1,) else self.sharded for k, v in params.items()}
-        if jax.process_count() == 1:
-            return Params.of(jax.device_put(dict(params), shardings))
-        return Params.of({k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
-                          for k, v in params.items()})
-
     def replicate(self, tree):
         """Host arrays (any pytree) as global arrays held whole by every device."""
         if all(d.process_index == jax.process_index() for d in self.mesh.devices.flat):
             return jax.device_put(tree, self.replicated)
         return jax.tree.map(lambda v: jax.make_array_from_callback(np.shape(v), self.replicated,
                                                                    lambda idx, v=np.asarray(v): v[idx]), tree)
-
-    def fetch_replicated(self, tree):
-        """Host copies of replicated global arrays (any pytree): every process has them whole."""
-        if jax.process_count() == 1:
-            return jax.device_get(tree)
-        return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)), tree)
 
     def agree_tree(self, tree):
         """Process 0's host arrays (any pytree), on every process."""

@@ -207,7 +207,7 @@ def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:
     scenario (for this structural group): from a probe chunk in which every
     key with more than one value takes two. Cached on the plan."""
     cache_key = tuple(sorted((k, str(v)) for k, v in chunk.structure.items()))
-    cache = plan.__dict__.setdefault("varying", {})
+    cache = plan.varying
     if cache_key not in cache:
         columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in spec.fixed.items()}
         for axis in spec.axes:

@@ -35,10 +35,10 @@ class Column:
         return table[self.index]
 
 
-def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size) -> dict[str, Column]:
+def grid_columns(spec: Spec, axis_indices: dict[str, np.ndarray], size: int | tuple) -> dict[str, Column]:
     """Columns for every given key: swept keys from per-axis indices, fixed
     keys constant (of shape `size`: a count, or a shape to broadcast with)."""
-    constant = np.zeros(tuple(size) if np.ndim(size) else size, np.int64)
+    constant = np.zeros(size, np.int64)
     columns = {key: Column((value,), constant) for key, value in spec.fixed.items()}
     for axis in spec.axes:
         columns[axis.key] = Column(axis.values, axis_indices[axis.key])

@@ -53,6 +53,7 @@ class Plan:
                 self.trailing // (inner_shape[0] if inner_shape else 1)
         self.inner_shape = inner_shape
         self.length = _round_up(self.step * self.trailing, multiple)
+        self.varying: dict = {}  # per structural group: the parameters that vary (sweep.engine.evaluate._varying)
 
     def chunks(self):
         spec, shape = self.spec, self.spec.shape
@@ -130,7 +131,7 @@ class Plan:
         spec = self.spec
         index = self.indices(chunk)
         columns = grid_columns(spec, {a.key: index[i] for i, a in enumerate(spec.axes)},
-                               np.ones(len(self.padded_box_shape()), int))
+                               (1,) * len(self.padded_box_shape()))
         sampled: dict[str, np.ndarray] = {}
         if spec.sample is not None:
             config = chunk.box[-1]

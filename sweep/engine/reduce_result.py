@@ -14,7 +14,7 @@ import xarray as xr
 
 from kernels import reduce as kernel
 from kernels.outputs import OUTPUT
-from sweep.engine.store import make_layout
+from sweep.engine.store import decode_sampled, make_layout, without_flags
 from sweep.scenario.sensitivity import is_sensitivity, variable_name
 from sweep.scenario.spec import Spec
 
@@ -35,7 +35,7 @@ def statistics(spec: Spec, shape: kernel.ReduceShape, acc: dict, devices: int) -
     if spec.sample is not None and spec.dims[-1] in dims:
         draws = spec.sample.uniforms(0, spec.sample.n)
         for i, dim in enumerate(spec.sample.dimensions):
-            coords[dim.name] = (spec.dims[-1], _sampled_values(dim, draws[:, i]), _plain_attrs(full.sampled[dim.name][1]))
+            coords[dim.name] = (spec.dims[-1], _sampled(full, dim, draws[:, i]), without_flags(full.sampled[dim.name][1]))
     over = ", ".join(reduction.over)
     count = per_cell(spec)
     data = {}
@@ -94,21 +94,16 @@ def _positions(spec: Spec, shape: kernel.ReduceShape, words: np.ndarray, full) -
             out[dim] = (index, {"units": "1", "long_name": "sampled configuration index"})
             draws = spec.sample.uniforms_at(index)
             for i, sampled in enumerate(spec.sample.dimensions):
-                out[sampled.name] = (_sampled_values(sampled, draws[:, i]), _plain_attrs(full.sampled[sampled.name][1]))
+                out[sampled.name] = (_sampled(full, sampled, draws[:, i]), without_flags(full.sampled[sampled.name][1]))
         else:
             out[dim] = (np.asarray(full.coords[dim][0])[words[w]], full.coords[dim][1])
             w += 1
     return out
 
 
-def _plain_attrs(attrs: dict) -> dict:
-    """A sampled key's labels without its codes' flags (the result holds the values)."""
-    return {k: v for k, v in attrs.items() if not k.startswith("flag_")}
-
-
-def _sampled_values(dim, draws: np.ndarray) -> np.ndarray:
-    values = dim.values(draws)
-    return np.asarray(dim.choices)[values] if dim.choices is not None else values
+def _sampled(full, dim, draws: np.ndarray) -> np.ndarray:
+    """A sampled key's values for uniform draws (names decoded)."""
+    return decode_sampled(full, dim.name, dim.values(draws))
 
 
 def quantiles(hist: np.ndarray, q: float, accuracy: float, integer: bool = False) -> np.ndarray:
@@ -140,5 +135,5 @@ def _representative(index: np.ndarray, accuracy: float) -> np.ndarray:
 
 def counts(hist: np.ndarray) -> np.ndarray:
     """Histogram counts (int64) from their words."""
-    counts = hist[0].astype(np.int64)
-    return counts + (hist[1].astype(np.int64) << kernel.WORD_BITS) if len(hist) > 1 else counts
+    low = hist[0].astype(np.int64)
+    return low + (hist[1].astype(np.int64) << kernel.WORD_BITS) if len(hist) > 1 else low

@@ -10,6 +10,7 @@ resumes from its last checkpoint.
 from __future__ import annotations
 
 import functools
+import math
 import time
 
 import jax
@@ -52,16 +53,9 @@ def reduce_shape(spec: Spec, plan: Plan | None = None) -> kernel.ReduceShape:
 
 
 def accumulator_bytes(spec: Spec) -> int:
-    shape = reduce_shape(spec)
-    per_output = 0
-    for stat in ("min", "max"):
-        if stat in shape.statistics:
-            per_output += 4 + (4 * shape.words if "arg" + stat in shape.statistics else 0)
-    if "sum" in shape.statistics:
-        per_output += 8
-    if "hist" in shape.statistics:
-        per_output += 4 * shape.hist_words * (2 * kernel.bins(shape.accuracy)[2] + 1)
-    return per_output * shape.cells * len(spec.outputs)
+    return sum(math.prod(size) * np.dtype(dtype).itemsize
+               for own in kernel.layout(reduce_shape(spec), spec.outputs).values()
+               for size, dtype, _ in own.values())
 
 
 def check_reduction(spec: Spec) -> None:

@@ -121,6 +121,11 @@ def _code_dtype(choices) -> type:
     return np.int8 if len(choices) <= 127 else np.int16 if len(choices) <= 32767 else np.int32
 
 
+def without_flags(attrs: dict) -> dict:
+    """Labels without the CF flags of a code (for the decoded values)."""
+    return {k: v for k, v in attrs.items() if not k.startswith("flag_")}
+
+
 def decode_sampled(layout: Layout, name: str, values: np.ndarray) -> np.ndarray:
     """A sampled key's values from what `sweep.engine.plan.Plan.columns`
     gives (indices into the choices, for a list of choices)."""
@@ -137,8 +142,7 @@ def open_cube(path) -> xr.Dataset:
         if name in ds.dims or "flag_meanings" not in coord.attrs:
             continue
         meanings = np.asarray(coord.attrs["flag_meanings"].split(), dtype=object)
-        attrs = {k: v for k, v in coord.attrs.items() if not k.startswith("flag_")}
-        ds = ds.assign_coords({name: (coord.dims, meanings[coord.values], attrs)})
+        ds = ds.assign_coords({name: (coord.dims, meanings[coord.values], without_flags(coord.attrs))})
     return ds
 
 
@@ -165,8 +169,7 @@ class MemoryStore:
         lay = self.layout
         coords = {name: (name, values, attrs) for name, (values, attrs) in lay.coords.items()}
         for name, (_, attrs, _) in lay.sampled.items():
-            attrs = {k: v for k, v in attrs.items() if not k.startswith("flag_")}
-            coords[name] = (lay.dims[-1], self.sampled[name], attrs)
+            coords[name] = (lay.dims[-1], self.sampled[name], without_flags(attrs))
         data = {name: (lay.dims, self.arrays[name], attrs) for name, (_, attrs) in lay.variables.items()}
         return xr.Dataset(data, coords=coords, attrs=lay.attrs)
 

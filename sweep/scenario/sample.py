@@ -85,7 +85,6 @@ class Sample:
             blocks.append(draws[lo:hi])
         return np.concatenate(blocks)
 
-
     def uniforms_at(self, indices: np.ndarray) -> np.ndarray:
         """Uniform draws [len(indices), d] for the given configuration indices
         (as `uniforms` draws them: one block or fast-forward per distinct place)."""
