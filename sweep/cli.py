@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", required=True, help="output netCDF file")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--chunk", type=int, default=None, metavar="N",
-                     help="configurations per chunk (default 262144): bounds memory per step")
+                     help="configurations per chunk (default 262144 on CPUs, 16777216 on GPUs): bounds memory per step")
     run.add_argument("--coordinator", metavar="HOST:PORT", help="jax.distributed coordinator (multi-process)")
     run.add_argument("--num-processes", type=int, default=1, metavar="N", help="processes in the cluster")
     run.add_argument("--process-id", type=int, default=0, metavar="I", help="this process's rank")
@@ -306,13 +306,13 @@ def _estimate(spec, chunk, output: Path, allow_large: bool, log) -> None:
     import jax
 
     from sweep.graph import zoo
-    from sweep.engine.evaluate import DEFAULT_CHUNK
+    from sweep.engine.evaluate import default_chunk
     from sweep.engine.plan import Plan
     from sweep.engine.store import SPACE_MARGIN, estimate_bytes, make_layout
     from sweep.scenario.spec import model_combinations
 
     devices = jax.devices()
-    plan = Plan(spec, chunk or DEFAULT_CHUNK, multiple=len(devices))
+    plan = Plan(spec, chunk or default_chunk({d.platform for d in devices}), multiple=len(devices))
     if spec.reduce is not None:
         from sweep.engine.reducer import check_reduction, result_bytes
         check_reduction(spec)

@@ -137,6 +137,10 @@ class Devices:
         return self.mesh.devices.size
 
     @property
+    def platforms(self) -> set[str]:
+        return {d.platform for d in self.mesh.devices.flat}
+
+    @property
     def leader(self) -> bool:
         """Whether this process writes output (process 0)."""
         return jax.process_index() == 0

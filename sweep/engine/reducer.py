@@ -18,7 +18,7 @@ import numpy as np
 
 from kernels import reduce as kernel
 from sweep.engine.devices import single_device
-from sweep.engine.evaluate import DEFAULT_CHUNK, _dispatch, make_progress, selected_outputs, visible_devices
+from sweep.engine.evaluate import default_chunk, _dispatch, make_progress, selected_outputs, visible_devices
 from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
 from sweep.engine.reduce_store import ReduceStore
@@ -113,7 +113,7 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
     check_reduction(spec)
     devices = visible_devices()
-    target = chunk or DEFAULT_CHUNK
+    target = chunk or default_chunk(devices.platforms)
     plan = Plan(spec, target)
     ident = identity(spec, plan.length, target, devices.count)
     log = log or (lambda message: None)

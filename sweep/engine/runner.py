@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sweep.engine import interrupt
-from sweep.engine.evaluate import DEFAULT_CHUNK, make_progress, run_plan, visible_devices
+from sweep.engine.evaluate import default_chunk, make_progress, run_plan, visible_devices
 from sweep.engine.plan import Plan
 from sweep.engine.store import MemoryStore, NetcdfStore, NullStore, WriteError, identity, make_layout, open_cube
 from sweep.errors import SpecError
@@ -37,7 +37,7 @@ def run(spec, output=None, chunk: int | None = None, quiet: bool = True, log=Non
         from sweep.engine.reducer import run_reduced
         return run_reduced(spec, output, chunk, quiet, log, open_result, lock)
     devices = visible_devices()
-    target = chunk or DEFAULT_CHUNK
+    target = chunk or default_chunk(devices.platforms)
     plan = Plan(spec, target, multiple=devices.count)
     ident = identity(spec, plan.length, target, devices.count)
     layout = make_layout(spec, devices.count, plan.disk_chunks(), ident["inputs"])
