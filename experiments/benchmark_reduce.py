@@ -69,6 +69,32 @@ def reduced(size_log2: int) -> dict:
     return out
 
 
+SAMPLE = {"model": "resnet50", "gpus_per_node": 8, "nodes": 16, "outputs": ["iteration_time"],
+          "sample": {"seed": 1, "inter": {"bandwidth": {"min": 1.25e9, "max": 5e11, "scale": "log"},
+                                          "alpha": {"min": 1e-6, "max": 1e-3, "scale": "log"}},
+                     "batch_size": {"min": 8, "max": 256, "scale": "log"},
+                     "strategy": ["wfbp", "fusion", "mgwfbp"]},
+          "reduce": {"over": ["config"], "statistics": ["min", "argmin", "q50"]}}
+
+
+def sampled(size_log2: int) -> dict:
+    """A random sample reduced over its configurations, drawn on the devices
+    and (side by side, same process) on the host: rates of the second runs."""
+    from sweep.engine import device_draws
+
+    spec = sweep.load_spec({**SAMPLE, "sample": {**SAMPLE["sample"], "n": 2 ** size_log2}})
+    out = {"sample": spec.size}
+    on_devices = device_draws.DrawPlan.of
+    for name, draw_plan in (("device_draws", on_devices), ("host_draws", staticmethod(lambda *a: None))):
+        device_draws.DrawPlan.of = draw_plan
+        try:
+            sweep.run(spec)  # compiles
+            out[f"{name}_rate"] = spec.size / best_of(lambda: sweep.run(spec), 2)
+        finally:
+            device_draws.DrawPlan.of = on_devices
+    return out
+
+
 def child(devices: int, what: str, size_log2: int) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     code = (f"import sys, json; sys.path[:0] = [{_root()!r}, {os.path.dirname(os.path.abspath(__file__))!r}]; "
@@ -83,7 +109,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-log2", type=int, default=30)
     parser.add_argument("--devices", default="1,2", help="CPU device counts (comma-separated)")
+    parser.add_argument("--sampled", type=int, metavar="LOG2", help="only the sampled sweep of 2**LOG2, "
+                        "drawn on the devices against drawn on the host, on one device")
     args = parser.parse_args(argv)
+    if args.sampled:
+        row = child(1, "sampled", args.sampled)
+        print(json.dumps(row))
+        print(f"summary: sample of {row['sample']:,} reduced over config: drawn on the device "
+              f"{row['device_draws_rate'] / 1e6:.2f} M/s, on the host {row['host_draws_rate'] / 1e6:.2f} M/s "
+              f"({row['device_draws_rate'] / row['host_draws_rate']:.2f}x)")
+        return 0
     rows = []
     for devices in (int(d) for d in args.devices.split(",")):
         row = {"devices": devices, "platform": jax.devices()[0].platform,

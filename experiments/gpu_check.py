@@ -22,7 +22,8 @@ within about 5 minutes on an H200:
 2. a 2**30-configuration resnet50/wfbp grid with `[reduce]` (min and argmin
    over the inter-node link): configurations per second;
 3. a 2**28-configuration sampled sweep (bandwidth, latency, batch, strategy)
-   reduced over its configurations (min, argmin, q50);
+   reduced over its configurations (min, argmin, q50), drawn on the device
+   (and, as step `sample_host`, 2**24 of it drawn on the host);
 4. resnet50/mgwfbp, 2**28 configurations, with `[reduce]`;
 5. side by side: the sweep kernel alone on one chunk of step 2's grid, and
    the fused numba reference (experiments/fused_reference.py) on the host's
@@ -152,11 +153,26 @@ def steps(scale: int) -> list:
               "reduce": {"over": ["config"], "statistics": ["min", "argmin", "q50"]}}
     return {"wfbp": lambda: timed("resnet50/wfbp grid, [reduce]", wfbp),
             "sample": lambda: timed("resnet50 sample, [reduce] over config", sample),
+            "sample_host": lambda: host_drawn(timed, "resnet50 sample drawn on the host, 2**24",
+                                              {**sample, "sample": {**sample["sample"], "n": 2 ** (24 - scale)}}),
             "mgwfbp": lambda: timed("resnet50/mgwfbp grid, [reduce]", mgwfbp),
             "side": lambda: side_by_side(wfbp),
             **{f"chunk{log2}": (lambda log2=log2: timed(f"resnet50/wfbp grid, [reduce], chunks of 2**{log2}",
                                                          wfbp, 1 << log2))
                for log2 in CHUNK_LOG2S}}
+
+
+def host_drawn(step, *args) -> dict:
+    """`step(*args)` with the sample drawn on the host (the reference for
+    drawing it on the device)."""
+    from sweep.engine import device_draws
+
+    on_devices = device_draws.DrawPlan.of
+    device_draws.DrawPlan.of = staticmethod(lambda *a: None)
+    try:
+        return step(*args)
+    finally:
+        device_draws.DrawPlan.of = on_devices
 
 
 def attempt(step, started: float, optional: bool) -> dict:
@@ -174,7 +190,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="folder for gpu_check.json")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU (to test the script)")
     parser.add_argument("--scale", type=int, default=0, help="sizes this many powers of two smaller")
-    parser.add_argument("--steps", help="comma-separated steps after agreement (default all): wfbp, sample, "
+    parser.add_argument("--steps", help="comma-separated steps after agreement (default all): wfbp, sample, sample_host, "
                         "mgwfbp, side, " + ", ".join(f"chunk{n}" for n in CHUNK_LOG2S))
     parser.add_argument("--no-agreement", action="store_true", help="skip step 1")
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ from kernels.iteration import derived_outputs, iteration_outputs, iteration_prim
 from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
+from sweep.engine import device_draws
 from sweep.engine.devices import Devices, visible_devices
 from sweep.engine.params import Column, kernel_params
 from sweep.engine.plan import Plan
@@ -149,22 +150,46 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
         _finish(*pending, plan, store, devices, progress)
 
 
-def _dispatch(spec, plan, chunk, devices, primaries_only: bool = False):
+def _dispatch(spec, plan, chunk, devices, primaries_only: bool = False, sampled_values: bool = True):
     """Start a chunk on the devices: its outputs (or, with `primaries_only`,
     the primaries and the parameters, for a caller that derives the outputs
-    in a step of its own) and its sampled values."""
-    dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
-    params = _on_devices(params, plan, chunk, devices, _varying(spec, plan, chunk))
+    in a step of its own) and, with `sampled_values`, its sampled values."""
+    drawing = _draws(spec, plan, chunk)
+    if drawing is None:
+        dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
+    else:  # a random sample drawn on the devices: the host sends tables, not draws
+        dag, fixed_buckets = compile_structure(chunk.structure), _fixed_buckets(spec)
+        params, tangents = _params(spec, device_draws.host_columns(spec, plan, chunk, drawing[0]),
+                                   zoo.model_of(chunk.structure))
+        sampled = plan.sampled_values(chunk) if sampled_values else {}
+    params = _on_devices(params, plan, chunk, devices, _varying(spec, plan, chunk), drawing)
     if primaries_only:
         return (_primary_kernel(dag, params, tangents, fixed_buckets), params), sampled
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
     return out, sampled  # asynchronous
 
 
-def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset) -> Params:
+def _draws(spec, plan, chunk):
+    """(DrawPlan, thresholds) where the devices draw this
+    scenario's sample (`sweep.engine.device_draws`), else None. Cached on
+    the plan per structural group."""
+    if spec.sample is None:
+        return None
+    cache_key = tuple(sorted((k, str(v)) for k, v in chunk.structure.items()))
+    if cache_key not in plan.draws:
+        model = zoo.model_of(chunk.structure)
+        found = None
+        if not any(is_sensitivity(name) for name in spec.outputs):
+            found = device_draws.DrawPlan.of(spec, model, lambda columns: _params(spec, columns, model)[0])
+        plan.draws[cache_key] = found and (found, device_draws.thresholds(spec, found))
+    return plan.draws[cache_key]
+
+
+def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset, drawing=None) -> Params:
     """A chunk's compact host parameters as the kernels' [C] parameters on
     the devices: packed into one float and one integer buffer (two copies to
-    the devices, not one per parameter), then `expand`ed there."""
+    the devices, not one per parameter), then `expand`ed there (for a sample
+    drawn on the devices, `device_draws.expand_drawn`)."""
     layout, buffers = [], {np.float32: [], np.int32: []}
     offsets = {np.float32: 0, np.int32: 0}
     for name, value in params.items():
@@ -173,6 +198,11 @@ def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: fr
         buffers[kind].append(np.ravel(value).astype(kind, copy=False))
         offsets[kind] += value.size
     packed = [np.concatenate(buffers[kind]) if buffers[kind] else np.zeros(1, kind) for kind in (np.float32, np.int32)]
+    if drawing is not None:
+        draw_plan, limits = drawing
+        floats, ints, words, limits = devices.replicate([*packed, device_draws.chunk_words(plan.spec, chunk), limits])
+        return device_draws.expand_drawn(floats, ints, limits, words, tuple(layout), plan.padded_box_shape(),
+                                         chunk.padded, devices.sharded, varying, draw_plan)
     return expand(*devices.replicate(packed), tuple(layout), plan.padded_box_shape(), chunk.padded, devices.sharded,
                   varying)
 
@@ -209,7 +239,12 @@ def _chunk_inputs(spec: Spec, plan: Plan, chunk):
     dag = compile_structure(s)
     columns, sampled = plan.columns(chunk)
     params, tangents = _params(spec, columns, zoo.model_of(s))  # shaped to broadcast over the box
-    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
+    return dag, params, tangents, _fixed_buckets(spec), sampled
+
+
+def _fixed_buckets(spec: Spec) -> bool:
+    """Whether the scenario only ever uses bsp or wfbp (every bucket known)."""
+    return possible_values(spec, "strategy") <= {"bsp", "wfbp"}
 
 
 def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:

@@ -54,6 +54,7 @@ class Plan:
         self.inner_shape = inner_shape
         self.length = _round_up(self.step * self.trailing, multiple)
         self.varying: dict = {}  # per structural group: the parameters that vary (sweep.engine.evaluate._varying)
+        self.draws: dict = {}  # per structural group: how devices draw a sample (sweep.engine.evaluate._draws)
 
     def chunks(self):
         spec, shape = self.spec, self.spec.shape
@@ -132,21 +133,24 @@ class Plan:
         index = self.indices(chunk)
         columns = grid_columns(spec, {a.key: index[i] for i, a in enumerate(spec.axes)},
                                (1,) * len(self.padded_box_shape()))
-        sampled: dict[str, np.ndarray] = {}
-        if spec.sample is not None:
-            config = chunk.box[-1]
-            first, last = config.indices(spec.sample.n)[:2]
-            draws = spec.sample.uniforms(first, last)
-            position = index[len(spec.axes)] - first
-            for d, dim in enumerate(spec.sample.dimensions):
-                values = dim.values(draws[:, d])
-                if dim.choices is not None:
-                    columns[dim.key] = Column(dim.choices, values[position])
-                    sampled[dim.name] = values  # indices into the choices (sweep.engine.store.decode_sampled)
-                else:
-                    columns[dim.key] = Column(values, position)
-                    sampled[dim.name] = values
+        sampled = self.sampled_values(chunk)
+        if sampled:
+            position = index[len(spec.axes)] - chunk.box[-1].indices(spec.sample.n)[0]
+            for dim in spec.sample.dimensions:
+                values = sampled[dim.name]
+                columns[dim.key] = Column(dim.choices, values[position]) if dim.choices is not None \
+                    else Column(values, position)
         return columns, sampled
+
+    def sampled_values(self, chunk: Chunk) -> dict[str, np.ndarray]:
+        """Per sampled key, its values over the chunk's configurations
+        (unpadded; a list of choices gives indices into it); {} for a grid."""
+        sample = self.spec.sample
+        if sample is None:
+            return {}
+        first, last = chunk.box[-1].indices(sample.n)[:2]
+        draws = sample.uniforms(first, last)
+        return {dim.name: dim.values(draws[:, d]) for d, dim in enumerate(sample.dimensions)}
 
 
 def structure_of(spec: Spec, chosen: dict) -> dict:

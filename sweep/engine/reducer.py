@@ -145,7 +145,8 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     try:
         for i, chunk_ in enumerate(mine):
             lane = lanes[i % len(lanes)]
-            (primary, params), _ = _dispatch(spec, plan, chunk_, lane.devices, primaries_only=True)
+            (primary, params), _ = _dispatch(spec, plan, chunk_, lane.devices, primaries_only=True,
+                                              sampled_values=False)
             lane.acc, bad = fold(lane.acc, primary, params, lane.devices.replicate(chunk_box(spec, shape, chunk_)))
             checked.append((lane, chunk_, bad))
             folded.append(chunk_.id)

@@ -11,6 +11,10 @@
 Draws are a pure function of (seed, configuration index), so any range of
 configurations can be generated on its own: chunks are independent, memory is
 bounded by the chunk, and a resumed sweep draws exactly what it drew before.
+"random" draws come from the counter-based generator of `kernels.draws`
+(24-bit uniforms, the same bits on the host and the devices, so the devices
+can make a chunk's draws themselves: `sweep.engine.device_draws`); "sobol"
+draws are scrambled Sobol points made on the host.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kernels import draws
 from sweep.scenario.schema import KEYS, KEYS_HELP, STRUCTURAL, canonical, check_value
 from sweep.errors import SpecError, closest
 
@@ -28,7 +33,8 @@ METHODS = ("random", "sobol")
 SCALES = ("linear", "log")
 MAX_SAMPLES = 10**12
 MAX_SOBOL = 2**30  # scipy's Sobol engine draws at most 2**30 points
-_BLOCK = 1 << 16  # random draws come in blocks seeded by (seed, block)
+MAX_SEED = 2**64  # the generator's key is two 32-bit words
+MAX_TABLE = 1 << 16  # an integer range with more values maps its draws by formula, not by table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +50,39 @@ class Dimension:
     def integer(self) -> bool:
         return KEYS[self.key].kind is int
 
+    @property
+    def discrete(self) -> bool:
+        """Whether draws map to positions in a table of values (choices, or
+        an integer range of at most MAX_TABLE values): by thresholds."""
+        return self.choices is not None or (self.integer and self.count <= MAX_TABLE)
+
+    @property
+    def count(self) -> int:
+        return len(self.choices) if self.choices is not None else int(self.high - self.low) + 1
+
+    @property
+    def table(self) -> tuple:
+        """A discrete dimension's values, in position order."""
+        return self.choices if self.choices is not None else tuple(range(int(self.low), int(self.high) + 1))
+
+    def thresholds(self) -> np.ndarray:
+        """A discrete dimension's count - 1 ascending 24-bit words: a draw's
+        position is how many it reaches (`kernels.draws.positions`). Position
+        k starts where the continuous map (`values`' formula) reaches table
+        value k."""
+        k = np.arange(1, self.count, dtype=np.int64)
+        if self.choices is not None or self.scale == "linear":
+            return ((k << draws.BITS) + self.count - 1) // self.count  # ceil(k 2**24 / count), exact
+        log_low, log_high = math.log(self.low), math.log(self.high + 1)
+        return np.ceil((np.log(self.low + k) - log_low) / (log_high - log_low) * 2.0 ** draws.BITS).astype(np.int64)
+
     def values(self, u: np.ndarray):
         """Map uniform draws in [0, 1) to this dimension's values: an array of
         numbers, or indices into `choices`."""
-        if self.choices is not None:
-            return np.minimum((u * len(self.choices)).astype(np.int64), len(self.choices) - 1)
+        if self.discrete:
+            word = np.floor(np.asarray(u) * 2.0 ** draws.BITS).astype(np.int64)
+            position = draws.positions(np, word, self.thresholds())
+            return position if self.choices is not None else self.low + position.astype(np.float64)
         high = self.high + 1 if self.integer else self.high  # integers: [low, high] inclusive
         if self.scale == "log":
             x = np.exp(math.log(self.low) + u * (math.log(high) - math.log(self.low)))
@@ -76,28 +110,26 @@ class Sample:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # balance warnings for n not a power of two
                 return engine.random(stop - start)
-        blocks = []
-        for block in range(start // _BLOCK, (stop - 1) // _BLOCK + 1):
-            rng = np.random.default_rng([self.seed, block])
-            draws = rng.random((_BLOCK, d))
-            lo = max(start - block * _BLOCK, 0)
-            hi = min(stop - block * _BLOCK, _BLOCK)
-            blocks.append(draws[lo:hi])
-        return np.concatenate(blocks)
+        return self.uniforms_at(np.arange(start, stop, dtype=np.int64))
 
     def uniforms_at(self, indices: np.ndarray) -> np.ndarray:
         """Uniform draws [len(indices), d] for the given configuration indices
-        (as `uniforms` draws them: one block or fast-forward per distinct place)."""
+        (as `uniforms` draws them)."""
         indices = np.asarray(indices, np.int64).ravel()
-        out = np.empty((indices.size, len(self.dimensions)))
-        if self.method == "random":
-            for block in np.unique(indices // _BLOCK):
-                at = indices // _BLOCK == block
-                out[at] = self.uniforms(int(block) * _BLOCK, int(block + 1) * _BLOCK)[indices[at] - block * _BLOCK]
+        if self.method == "sobol":
+            out = np.empty((indices.size, len(self.dimensions)))
+            for i in np.unique(indices):
+                out[indices == i] = self.uniforms(int(i), int(i) + 1)[0]
             return out
-        for i in np.unique(indices):
-            out[indices == i] = self.uniforms(int(i), int(i) + 1)[0]
-        return out
+        low, high = (indices & 0xFFFFFFFF).astype(np.uint32), (indices >> 32).astype(np.uint32)
+        seed = seed_words(self.seed)
+        return np.stack([draws.words(np, seed, d, low, high) for d in range(len(self.dimensions))], axis=-1) \
+            * 2.0 ** -draws.BITS
+
+
+def seed_words(seed: int) -> tuple[int, int]:
+    """The generator's key: the seed's low and high 32-bit words."""
+    return seed & 0xFFFFFFFF, seed >> 32
 
 
 def parse_sample(table: Mapping, taken: set[str]) -> Sample:
@@ -114,8 +146,8 @@ def parse_sample(table: Mapping, taken: set[str]) -> Sample:
         raise SpecError("sample.n", n, f"a Sobol sample draws at most 2**30 = {MAX_SOBOL:,} configurations; "
                                        'use method = "random" or a smaller n')
     seed = table.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SpecError("sample.seed", seed, "must be a non-negative integer")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
+        raise SpecError("sample.seed", seed, "must be an integer from 0 to 2**64 - 1")
     dims = []
     for written, value in _ranges(table):
         key = canonical(written)
