@@ -23,7 +23,8 @@ within about 5 minutes on an H200:
    over the inter-node link): configurations per second;
 3. a 2**28-configuration sampled sweep (bandwidth, latency, batch, strategy)
    reduced over its configurations (min, argmin, q50), drawn on the device
-   (and, as step `sample_host`, 2**24 of it drawn on the host);
+   (and, as step `sample_host`, 2**24 of it drawn on the host; as step
+   `mix`, the same strategies, batch sizes and links as a grid);
 4. resnet50/mgwfbp, 2**28 configurations, with `[reduce]`;
 5. side by side: the sweep kernel alone on one chunk of step 2's grid, and
    the fused numba reference (experiments/fused_reference.py) on the host's
@@ -151,7 +152,16 @@ def steps(scale: int) -> list:
                          "batch_size": {"min": 8, "max": 256, "scale": "log"},
                          "strategy": ["wfbp", "fusion", "mgwfbp"]},
               "reduce": {"over": ["config"], "statistics": ["min", "argmin", "q50"]}}
+    # The sample's own mix (three strategies, batch sizes, links) as a grid of
+    # 2**mid: whether the sample's rate is the mix's or the sampling's.
+    mix = {"model": "resnet50", "gpus_per_node": 8, "nodes": 16, "outputs": ["iteration_time"],
+           "batch_size": [int(b) for b in np.geomspace(8, 256, 16)], "strategy": ["wfbp", "fusion", "mgwfbp"],
+           "inter": {"bandwidth": [float(x) for x in np.geomspace(1.25e9, 5e11, 2 ** ((mid - 6) // 2 + 1))],
+                     "alpha": [float(x) for x in np.geomspace(1e-6, 1e-3, 2 ** ((mid - 6) // 2))]},
+           "reduce": {"over": ["batch_size", "strategy", "inter.bandwidth", "inter.alpha"],
+                      "statistics": ["min", "argmin"]}}
     return {"wfbp": lambda: timed("resnet50/wfbp grid, [reduce]", wfbp),
+            "mix": lambda: timed("resnet50 grid of the sample's mix, [reduce]", mix),
             "sample": lambda: timed("resnet50 sample, [reduce] over config", sample),
             "sample_host": lambda: host_drawn(timed, "resnet50 sample drawn on the host, 2**24",
                                               {**sample, "sample": {**sample["sample"], "n": 2 ** (24 - scale)}}),
@@ -190,7 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="folder for gpu_check.json")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU (to test the script)")
     parser.add_argument("--scale", type=int, default=0, help="sizes this many powers of two smaller")
-    parser.add_argument("--steps", help="comma-separated steps after agreement (default all): wfbp, sample, sample_host, "
+    parser.add_argument("--steps", help="comma-separated steps after agreement (default all): wfbp, mix, sample, "
+                        "sample_host, "
                         "mgwfbp, side, " + ", ".join(f"chunk{n}" for n in CHUNK_LOG2S))
     parser.add_argument("--no-agreement", action="store_true", help="skip step 1")
     args = parser.parse_args(argv)

@@ -10,8 +10,8 @@ behind JAX's own PRNG), written once over an array namespace (`numpy` or
 every backend.
 
     key     = the seed's low and high 32-bit words
-    counter = (index mod 2**32, index // 2**32 + 2**16 * dimension)
-    word    = first output word >> 8           (24 bits)
+    counter = (index mod 2**32, index // 2**32 + 2**16 * (dimension // 2))
+    word    = output word (dimension mod 2) >> 8   (24 bits)
     u       = word / 2**24                     (exact in float32)
 
 A discrete dimension (a list of choices, or an integer range) maps a word
@@ -47,10 +47,12 @@ def threefry2x32(xp, k0, k1, x0, x1):
 
 def words(xp, seed_words, dimension: int, low, high):
     """24-bit draws (uint32) of one dimension at configuration indices given
-    as low and high 32-bit words."""
-    counter_high = xp.asarray(high, dtype=xp.uint32) + xp.asarray(dimension << DIMENSION_SHIFT, dtype=xp.uint32)
-    first, _ = threefry2x32(xp, seed_words[0], seed_words[1], low, counter_high)
-    return first >> xp.asarray(32 - BITS, dtype=xp.uint32)
+    as low and high 32-bit words. Dimensions 2k and 2k + 1 take the two
+    output words of one block (the compiler computes it once)."""
+    counter_high = xp.asarray(high, dtype=xp.uint32) + \
+        xp.asarray((dimension // 2) << DIMENSION_SHIFT, dtype=xp.uint32)
+    block = threefry2x32(xp, seed_words[0], seed_words[1], low, counter_high)
+    return block[dimension % 2] >> xp.asarray(32 - BITS, dtype=xp.uint32)
 
 
 def positions(xp, drawn, thresholds):

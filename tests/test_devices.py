@@ -119,7 +119,7 @@ def test_gpu_check_runs_on_a_cpu(tmp_path):
     """The GPU check's script, shrunk, on a CPU: every step runs and agrees."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, os.path.join(root, "experiments", "gpu_check.py"), "--allow-cpu",
-                           "--scale", "12", "--out", str(tmp_path), "--steps", "wfbp,sample,sample_host,mgwfbp,side,chunk18"],
+                           "--scale", "12", "--out", str(tmp_path), "--steps", "wfbp,mix,sample,sample_host,mgwfbp,side,chunk18"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": root})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "agreement with the CPU ok" in done.stdout and "0 step(s) failed" in done.stdout
