@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import draws
+from kernels.broadcast import over_box
 from kernels.parameters import Params
 from sweep.engine.params import Column, grid_columns
 from sweep.scenario.sample import seed_words
@@ -153,11 +154,6 @@ def expand_drawn(floats, ints, limits, words, layout: tuple, box: tuple[int, ...
             value = value[(Ellipsis, 0, *at)]  # [..., box[-1]]: the config axis gathered
         else:
             value = value.reshape(shape[:len(box)])
-        if name not in varying:
-            out[name] = value.reshape(1)
-            continue
-        flat = jnp.broadcast_to(value, box).reshape(-1)
-        if length > flat.size:
-            flat = jnp.concatenate([flat, jnp.broadcast_to(flat[-1:], (length - flat.size,))])
-        out[name] = jax.lax.with_sharding_constraint(flat, sharding)
+        out[name] = value.reshape(1) if name not in varying else \
+            jax.lax.with_sharding_constraint(over_box(value, box, length), sharding)
     return Params.of(out)

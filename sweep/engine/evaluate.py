@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from kernels.broadcast import over_box
 from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
 from kernels.parameters import Params
 from sweep.graph import zoo
@@ -222,13 +223,8 @@ def expand(floats, ints, layout: tuple, box: tuple[int, ...], length: int, shard
     for name, shape, integer, offset in layout:
         size = int(np.prod(shape))
         value = (ints if integer else floats)[offset:offset + size].reshape(shape)
-        if name not in varying:
-            out[name] = value.reshape(1)
-            continue
-        flat = jnp.broadcast_to(value, box).reshape(-1)
-        if length > flat.size:
-            flat = jnp.concatenate([flat, jnp.broadcast_to(flat[-1:], (length - flat.size,))])
-        out[name] = jax.lax.with_sharding_constraint(flat, sharding)
+        out[name] = value.reshape(1) if name not in varying else \
+            jax.lax.with_sharding_constraint(over_box(value, box, length), sharding)
     return Params.of(out)
 
 
