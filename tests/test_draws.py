@@ -82,13 +82,14 @@ def _params_both_ways(spec, chunk_size=1024):
         yield chunk, on_host, evaluate._on_devices(tables, plan, chunk, devices, varying, drawing)
 
 
-def test_device_drawn_parameters_equal_the_hosts():
+@pytest.mark.parametrize("n, chunk", [(3000, 1024), (200, 1024)])  # the config axis split; a box of 2 x 2 x 200
+def test_device_drawn_parameters_equal_the_hosts(n, chunk):
     """Discrete keys (and what the host derives from them: catalog look-ups,
     strategy codes) bit for bit; float ranges within float32 rounding of
     the float64 formula."""
-    spec = sweep.load_spec(SAMPLE)
+    spec = sweep.load_spec({**SAMPLE, "sample": {**SAMPLE["sample"], "n": n}})
     drawn_floats = {"inter_bandwidth", "inter_alpha", "bucket_bytes", "efficiency"}
-    for chunk, host, device in _params_both_ways(spec):
+    for chunk, host, device in _params_both_ways(spec, chunk):
         assert set(host) == set(device)
         for name in host:
             a, b = np.asarray(host[name]), np.asarray(device[name])
