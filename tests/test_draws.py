@@ -121,3 +121,10 @@ def test_integer_ranges_are_tables_and_sobol_stays_on_the_host():
     sobol = sweep.load_spec({**SAMPLE, "sample": {**SAMPLE["sample"], "method": "sobol"}})
     plan = Plan(sobol, 1024)
     assert evaluate._draws(sobol, plan, next(plan.chunks())) is None
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, True, 1.5])
+def test_seeds_outside_the_generators_key_are_refused(seed):
+    with pytest.raises(sweep.SpecError, match="sample.seed"):
+        sweep.load_spec({**SAMPLE, "sample": {**SAMPLE["sample"], "seed": seed}})
+    sweep.load_spec({**SAMPLE, "sample": {**SAMPLE["sample"], "seed": 2**64 - 1}})  # the largest key
