@@ -24,6 +24,7 @@ process's peak resident memory. On a GPU machine it adds a large grid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -92,6 +93,20 @@ def grid(size_log2: int = 20, **keys) -> dict:
     return {**GRID, **keys,
             "inter": {"bandwidth": [float(x) for x in np.geomspace(1e8, 1e12, 2 ** (rest - rest // 2))],
                       "alpha": [float(x) for x in np.geomspace(1e-7, 1e-2, 2 ** (rest // 2))]}}
+
+
+@contextlib.contextmanager
+def drawn_on_the_host():
+    """Random samples drawn on the host inside the block (the reference for
+    drawing them on the devices: `sweep.engine.device_draws`)."""
+    from sweep.engine import device_draws
+
+    on_devices = device_draws.DrawPlan.of
+    device_draws.DrawPlan.of = staticmethod(lambda *args: None)
+    try:
+        yield
+    finally:
+        device_draws.DrawPlan.of = on_devices
 
 
 def best_of(fn, repeats: int, budget_s: float = float("inf")) -> float:

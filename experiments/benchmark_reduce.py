@@ -21,6 +21,7 @@ per device count and a summary line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -33,9 +34,9 @@ import jax
 import sweep
 
 try:
-    from experiments.benchmark import best_of, grid, kernel_rate, reference
+    from experiments.benchmark import best_of, drawn_on_the_host, grid, kernel_rate, reference
 except ModuleNotFoundError:  # run as a script
-    from benchmark import best_of, grid, kernel_rate, reference
+    from benchmark import best_of, drawn_on_the_host, grid, kernel_rate, reference
 
 SIDE_LOG2 = 22  # the reference, the kernel and the full cube
 REDUCE = {"over": ["inter.bandwidth", "inter.alpha"], "statistics": ["min", "argmin", "max", "mean", "q50"]}
@@ -80,18 +81,12 @@ SAMPLE = {"model": "resnet50", "gpus_per_node": 8, "nodes": 16, "outputs": ["ite
 def sampled(size_log2: int) -> dict:
     """A random sample reduced over its configurations, drawn on the devices
     and (side by side, same process) on the host: rates of the second runs."""
-    from sweep.engine import device_draws
-
     spec = sweep.load_spec({**SAMPLE, "sample": {**SAMPLE["sample"], "n": 2 ** size_log2}})
     out = {"sample": spec.size}
-    on_devices = device_draws.DrawPlan.of
-    for name, draw_plan in (("device_draws", on_devices), ("host_draws", staticmethod(lambda *a: None))):
-        device_draws.DrawPlan.of = draw_plan
-        try:
+    for name, drawn_where in (("device_draws", contextlib.nullcontext), ("host_draws", drawn_on_the_host)):
+        with drawn_where():
             sweep.run(spec)  # compiles
             out[f"{name}_rate"] = spec.size / best_of(lambda: sweep.run(spec), 2)
-        finally:
-            device_draws.DrawPlan.of = on_devices
     return out
 
 

@@ -55,7 +55,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import sweep  # noqa: E402
-from benchmark import best_of, grid, reference  # noqa: E402
+from benchmark import best_of, drawn_on_the_host, grid, reference  # noqa: E402
 from sweep.engine.evaluate import default_chunk  # noqa: E402
 
 AGREEMENT = {
@@ -175,14 +175,8 @@ def steps(scale: int) -> list:
 def host_drawn(step, *args) -> dict:
     """`step(*args)` with the sample drawn on the host (the reference for
     drawing it on the device)."""
-    from sweep.engine import device_draws
-
-    on_devices = device_draws.DrawPlan.of
-    device_draws.DrawPlan.of = staticmethod(lambda *a: None)
-    try:
+    with drawn_on_the_host():
         return step(*args)
-    finally:
-        device_draws.DrawPlan.of = on_devices
 
 
 def attempt(step, started: float, optional: bool) -> dict:

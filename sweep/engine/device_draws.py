@@ -27,16 +27,12 @@ land one unit off the coordinate where the draw sits on a boundary.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from kernels import draws
-from kernels.broadcast import over_box
-from kernels.parameters import Params
 from sweep.engine.params import Column, grid_columns
 from sweep.scenario.sample import seed_words
 
@@ -127,13 +123,12 @@ def thresholds(spec, draw_plan: DrawPlan) -> tuple[np.ndarray, ...]:
     return tuple(spec.sample.dimensions[d].thresholds().astype(np.int32) for d in draw_plan.discrete)
 
 
-@functools.partial(jax.jit, static_argnames=("layout", "box", "length", "sharding", "varying", "draw_plan"))
-def expand_drawn(floats, ints, limits, words, layout: tuple, box: tuple[int, ...], length: int, sharding,
-                 varying: frozenset, draw_plan: DrawPlan) -> Params:
-    """`sweep.engine.evaluate.expand` for a random sample: the chunk's draws
-    made here from `words` (`chunk_words`), discrete dimensions gathered from
-    the host's tables by drawn position (`limits`: their thresholds), float
-    dimensions scaled in float32."""
+def sampler(limits, words, box: tuple[int, ...], draw_plan: DrawPlan):
+    """For `sweep.engine.evaluate.expand` (traced there): the chunk's draws
+    made from `words` (`chunk_words`), and a function that turns one host
+    parameter (name, value, its host shape) into one that broadcasts over the
+    box: discrete dimensions gathered from the host's table by drawn position
+    (`limits`: their thresholds), float dimensions scaled in float32."""
     seed = (words[0], words[1])
     low, high = draws.chunk_indices(words[2], words[3], words[4], box[-1])
     position = [draws.positions(jnp, draws.words(jnp, seed, d, low, high), limit).astype(jnp.int32)
@@ -143,17 +138,13 @@ def expand_drawn(floats, ints, limits, words, layout: tuple, box: tuple[int, ...
         x = draws.scaled(draws.words(jnp, seed, d, low, high), start, span, log)
         drawn[d] = x if top is None else jnp.minimum(jnp.floor(x), jnp.float32(top))
     identity = dict(draw_plan.identity)
-    out = {}
-    for name, shape, integer, offset in layout:
-        size = int(np.prod(shape))
-        value = (ints if integer else floats)[offset:offset + size].reshape(shape)
+
+    def sampled(name: str, value, shape: tuple[int, ...]):
         if name in identity:
-            value = drawn[identity[name]].reshape((1,) * (len(box) - 1) + (box[-1],))
-        elif any(n > 1 for n in shape[len(box):]):
+            return drawn[identity[name]].reshape((1,) * (len(box) - 1) + (box[-1],))
+        if any(n > 1 for n in shape[len(box):]):
             at = tuple(p if n > 1 else 0 for p, n in zip(position, shape[len(box):]))
-            value = value[(Ellipsis, 0, *at)]  # [..., box[-1]]: the config axis gathered
-        else:
-            value = value.reshape(shape[:len(box)])
-        out[name] = value.reshape(1) if name not in varying else \
-            jax.lax.with_sharding_constraint(over_box(value, box, length), sharding)
-    return Params.of(out)
+            return value[(Ellipsis, 0, *at)]  # [..., box[-1]]: the config axis gathered
+        return value.reshape(shape[:len(box)])
+
+    return sampled

@@ -156,18 +156,17 @@ def _dispatch(spec, plan, chunk, devices, primaries_only: bool = False, sampled_
     the primaries and the parameters, for a caller that derives the outputs
     in a step of its own) and, with `sampled_values`, its sampled values."""
     drawing = _draws(spec, plan, chunk)
-    if drawing is None:
-        dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk)
-    else:  # a random sample drawn on the devices: the host sends tables, not draws
-        dag, fixed_buckets = compile_structure(chunk.structure), _fixed_buckets(spec)
-        params, tangents = _params(spec, device_draws.host_columns(spec, plan, chunk, drawing[0]),
-                                   zoo.model_of(chunk.structure))
-        sampled = plan.sampled_values(chunk) if sampled_values else {}
+    dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk, drawing, sampled_values)
     params = _on_devices(params, plan, chunk, devices, _varying(spec, plan, chunk), drawing)
     if primaries_only:
         return (_primary_kernel(dag, params, tangents, fixed_buckets), params), sampled
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
     return out, sampled  # asynchronous
+
+
+def _group_key(chunk) -> tuple:
+    """A chunk's structural group, as a key of the plan's per-group caches."""
+    return tuple(sorted((k, str(v)) for k, v in chunk.structure.items()))
 
 
 def _draws(spec, plan, chunk):
@@ -176,7 +175,7 @@ def _draws(spec, plan, chunk):
     the plan per structural group."""
     if spec.sample is None:
         return None
-    cache_key = tuple(sorted((k, str(v)) for k, v in chunk.structure.items()))
+    cache_key = _group_key(chunk)
     if cache_key not in plan.draws:
         model = zoo.model_of(chunk.structure)
         found = None
@@ -189,8 +188,8 @@ def _draws(spec, plan, chunk):
 def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset, drawing=None) -> Params:
     """A chunk's compact host parameters as the kernels' [C] parameters on
     the devices: packed into one float and one integer buffer (two copies to
-    the devices, not one per parameter), then `expand`ed there (for a sample
-    drawn on the devices, `device_draws.expand_drawn`)."""
+    the devices, not one per parameter), then `expand`ed there (with the
+    draws of a sample drawn on the devices: `drawing`, from `_draws`)."""
     layout, buffers = [], {np.float32: [], np.int32: []}
     offsets = {np.float32: 0, np.int32: 0}
     for name, value in params.items():
@@ -199,17 +198,15 @@ def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: fr
         buffers[kind].append(np.ravel(value).astype(kind, copy=False))
         offsets[kind] += value.size
     packed = [np.concatenate(buffers[kind]) if buffers[kind] else np.zeros(1, kind) for kind in (np.float32, np.int32)]
-    if drawing is not None:
-        draw_plan, limits = drawing
-        floats, ints, words, limits = devices.replicate([*packed, device_draws.chunk_words(plan.spec, chunk), limits])
-        return device_draws.expand_drawn(floats, ints, limits, words, tuple(layout), plan.padded_box_shape(),
-                                         chunk.padded, devices.sharded, varying, draw_plan)
-    return expand(*devices.replicate(packed), tuple(layout), plan.padded_box_shape(), chunk.padded, devices.sharded,
-                  varying)
+    draw_plan, limits = drawing or (None, ())
+    words = device_draws.chunk_words(plan.spec, chunk) if drawing else np.zeros(0, np.uint32)
+    return expand(*devices.replicate([*packed, limits, words]), tuple(layout), plan.padded_box_shape(), chunk.padded,
+                  devices.sharded, varying, draw_plan)
 
 
-@functools.partial(jax.jit, static_argnames=("layout", "box", "length", "sharding", "varying"))
-def expand(floats, ints, layout: tuple, box: tuple[int, ...], length: int, sharding, varying: frozenset) -> Params:
+@functools.partial(jax.jit, static_argnames=("layout", "box", "length", "sharding", "varying", "draw_plan"))
+def expand(floats, ints, limits, words, layout: tuple, box: tuple[int, ...], length: int, sharding,
+           varying: frozenset, draw_plan=None) -> Params:
     """The kernels' [C] parameters on the devices from the host's compact
     ones (packed: per parameter its name, shape, whether an integer and its
     offset in its buffer). Each parameter varies only along the box
@@ -218,36 +215,42 @@ def expand(floats, ints, layout: tuple, box: tuple[int, ...], length: int, shard
     broadcast them to the chunk's `length` configurations (padding repeats
     the last one), sharded. A parameter not in `varying` (one value in the
     whole scenario) stays [1]: which are [1] never depends on the chunking,
-    nor then do the results."""
+    nor then do the results. For a random sample drawn here (`draw_plan`),
+    `device_draws.sampler` makes the chunk's draws from `words` and turns
+    the host's tables into per-configuration values (`limits`: thresholds)."""
+    sampled = device_draws.sampler(limits, words, box, draw_plan) if draw_plan else None
     out = {}
     for name, shape, integer, offset in layout:
         size = int(np.prod(shape))
         value = (ints if integer else floats)[offset:offset + size].reshape(shape)
+        if sampled is not None:
+            value = sampled(name, value, shape)
         out[name] = value.reshape(1) if name not in varying else \
             jax.lax.with_sharding_constraint(over_box(value, box, length), sharding)
     return Params.of(out)
 
 
-def _chunk_inputs(spec: Spec, plan: Plan, chunk):
+def _chunk_inputs(spec: Spec, plan: Plan, chunk, drawing=None, sampled_values: bool = True):
     """(compiled DAG, host parameters, tangent rules, fixed_buckets, sampled
-    values for the cube's coordinates) of one chunk."""
+    values for the cube's coordinates, with `sampled_values`) of one chunk;
+    for a sample the devices draw (`drawing`), the host's parameters are
+    tables over its discrete dimensions (`device_draws.host_columns`)."""
     s = chunk.structure
     dag = compile_structure(s)
-    columns, sampled = plan.columns(chunk)
+    if drawing is None:
+        columns, sampled = plan.columns(chunk)
+    else:
+        columns = device_draws.host_columns(spec, plan, chunk, drawing[0])
+        sampled = plan.sampled_values(chunk) if sampled_values else {}
     params, tangents = _params(spec, columns, zoo.model_of(s))  # shaped to broadcast over the box
-    return dag, params, tangents, _fixed_buckets(spec), sampled
-
-
-def _fixed_buckets(spec: Spec) -> bool:
-    """Whether the scenario only ever uses bsp or wfbp (every bucket known)."""
-    return possible_values(spec, "strategy") <= {"bsp", "wfbp"}
+    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
 
 
 def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:
     """The parameters that take more than one value somewhere in the
     scenario (for this structural group): from a probe chunk in which every
     key with more than one value takes two. Cached on the plan."""
-    cache_key = tuple(sorted((k, str(v)) for k, v in chunk.structure.items()))
+    cache_key = _group_key(chunk)
     cache = plan.varying
     if cache_key not in cache:
         columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in spec.fixed.items()}
