@@ -28,7 +28,9 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "osu_all
 QUICK = FitOptions(starts=4, steps=600, polish=300)
 
 
-def fit(keys, folder: Path, output: Path | None, options: FitOptions):
+def osu_rows(folder: Path) -> tuple[Path, list[dict]]:
+    """The latencies in calibrate's format (nodes = processes, one per node),
+    written to FOLDER/osu.csv, and the rows as read."""
     with open(DATA, newline="") as handle:
         rows = list(csv.DictReader(handle))
     data = folder / "osu.csv"
@@ -37,6 +39,11 @@ def fit(keys, folder: Path, output: Path | None, options: FitOptions):
         writer.writerow(["nodes", "gpus_per_node", "message_bytes", "allreduce_time"])
         for r in rows:
             writer.writerow([r["processes"], 1, r["message_bytes"], float(r["latency_us"]) * 1e-6])
+    return data, rows
+
+
+def fit(keys, folder: Path, output: Path | None, options: FitOptions):
+    data, rows = osu_rows(folder)
     result, _ = calibrate(data, keys, None, output, options, label=f"{DATA.name} (nodes = processes)")
     processes = np.array([int(r["processes"]) for r in rows])
     errors = np.abs(result.predicted / result.measured - 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -149,11 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--base", metavar="SPEC.toml", help="scenario of fixed keys under every row; "
                                                                 "its values of fitted keys are the start")
     calibrate.add_argument("-o", "--output", required=True, metavar="FIT.toml", help="fitted scenario to write")
-    calibrate.add_argument("--starts", type=int, default=8, help="optimisation starts (default 8)")
-    calibrate.add_argument("--steps", type=int, default=1000, help="Adam steps per start (default 1000)")
-    calibrate.add_argument("--tail", type=float, default=0.3,
-                           help="weight of the largest relative errors in the loss (default 0.3)")
-    calibrate.add_argument("--seed", type=int, default=0, help="seed of the jittered starts")
+    _optimiser_arguments(calibrate, "seed of the jittered starts")
     calibrate.set_defaults(handler=_calibrate)
 
     predict = sub.add_parser("predict", help="predict throughput, iteration or all-reduce times from a fit")
@@ -180,12 +177,41 @@ def _parser() -> argparse.ArgumentParser:
                           help="the data's format (default: detected from its first lines)")
     validate.add_argument("-o", "--output", metavar="OUT.csv", help="every held-out observation with its errors")
     validate.add_argument("--table", metavar="OUT.md", help="the summary table as markdown")
-    validate.add_argument("--starts", type=int, default=8, help="optimisation starts (default 8)")
-    validate.add_argument("--steps", type=int, default=1000, help="Adam steps per start (default 1000)")
-    validate.add_argument("--tail", type=float, default=0.3, help="as for calibrate (default 0.3)")
-    validate.add_argument("--seed", type=int, default=0, help="seed of the starts and of the rows split")
+    _optimiser_arguments(validate, "seed of the starts and of the rows split")
     validate.set_defaults(handler=_validate)
     return parser
+
+
+def _optimiser_arguments(parser, seed_help: str) -> None:
+    """The fit's optimiser options, shared by calibrate and validate."""
+    from sweep.fit.options import FitOptions
+
+    defaults = FitOptions()
+    parser.add_argument("--starts", type=int, default=defaults.starts,
+                        help=f"optimisation starts (default {defaults.starts})")
+    parser.add_argument("--steps", type=int, default=defaults.steps,
+                        help=f"Adam steps per start (default {defaults.steps})")
+    parser.add_argument("--tail", type=float, default=defaults.tail,
+                        help=f"weight of the largest relative errors in the loss (default {defaults.tail})")
+    parser.add_argument("--prior", type=float, default=defaults.prior, metavar="SIGMA",
+                        help="strength of the priors around the base or catalog values: the residual scale "
+                             "assumed when weighing them against the data; larger trusts the catalog more, "
+                             f"0 turns them off (default {defaults.prior}, chosen by experiments/choose_prior.py)")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
+def _fit_options(args):
+    """FitOptions from the optimiser arguments, each checked (exit 2 naming it)."""
+    from sweep.fit.options import FitOptions
+
+    for name in ("starts", "steps"):
+        if getattr(args, name) < 1:
+            raise SpecError(f"--{name}", getattr(args, name), "must be >= 1")
+    for name in ("tail", "prior"):
+        value = getattr(args, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise SpecError(f"--{name}", value, "must be a finite number >= 0")
+    return FitOptions(starts=args.starts, steps=args.steps, tail=args.tail, prior=args.prior, seed=args.seed)
 
 
 def _check_output(path: str, key: str = "--output", inputs=None, probe: bool = True) -> Path:
@@ -441,16 +467,10 @@ def _models(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from sweep.fit.optimise import FitOptions
     from sweep.fit.calibrate import calibrate, fit_summary
 
     output = _check_output(args.output, inputs={"data": args.data, "base scenario": args.base})
-    for name in ("starts", "steps"):
-        if getattr(args, name) < 1:
-            raise SpecError(f"--{name}", getattr(args, name), "must be >= 1")
-    if not args.tail >= 0:
-        raise SpecError("--tail", args.tail, "must be >= 0")
-    options = FitOptions(starts=args.starts, steps=args.steps, tail=args.tail, seed=args.seed)
+    options = _fit_options(args)
     result, _ = calibrate(args.data, args.fit, args.base, output, options)
     print(fit_summary(result), file=sys.stderr)
     print(f"wrote {output}", file=sys.stderr)
@@ -467,19 +487,18 @@ def _predict(args) -> int:
 
 
 def _validate(args) -> int:
-    from sweep.fit.optimise import FitOptions
     from sweep.atomic import write_text
     from sweep.fit.validate import HEADER, records_csv, summary_rows, validate
     from sweep.report.files import markdown_table
 
     outputs = [_check_output(p) for p in (args.output, args.table) if p]
-    for name in ("starts", "steps", "folds", "min_gpus"):
+    for name in ("folds", "min_gpus"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SpecError(f"--{name.replace('_', '-')}", value, "must be >= 1")
     if args.cut is not None and not args.cut > 0:
         raise SpecError("--cut", args.cut, "must be > 0")
-    options = FitOptions(starts=args.starts, steps=args.steps, tail=args.tail, seed=args.seed)
+    options = _fit_options(args)
     results = validate(args.data, args.fit, args.base, args.split, args.folds, args.cut, args.reference,
                        args.min_gpus, options, log=lambda m: print(f"ssgd-sweep: {m}", file=sys.stderr),
                        fmt=args.format)

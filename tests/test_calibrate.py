@@ -71,7 +71,9 @@ def synthetic(tmp_path_factory):
     base.write_text('model = "alexnet"\nbatch_size = 64\n[intra]\nbandwidth = 6e10\n'
                     '[inter]\nalpha = 4e-6\nbandwidth = 1.1e10\n')
     fit = folder / "fit.toml"
-    argv = ["calibrate", str(data), "--base", str(base), "-o", str(fit), "--starts", "1"]  # the one start: 10x off
+    # The one start is 10x off, and so is the prior's centre: this measures the
+    # optimiser, so the priors are weighed as a user who doubts the base would.
+    argv = ["calibrate", str(data), "--base", str(base), "-o", str(fit), "--starts", "1", "--prior", "0.05"]
     for key in TRUE:
         argv += ["--fit", key]
     assert main(argv) == 0
@@ -214,6 +216,22 @@ def test_osu_joint_fit_of_the_inter_link(tmp_path, cli):
     assert tomllib.loads(plain.read_text())["fit"]["max_relative_error"] > 0.6
 
 
+def test_stronger_priors_pull_towards_the_base(synthetic):
+    """The prior's strength moves the estimate from the data's value towards
+    the base's (10x off here) monotonically, and 0 turns the priors off."""
+    folder, _, _ = synthetic
+    got = []
+    for prior in (0.0, 0.5, 5.0):
+        out = folder / f"fit_prior_{prior}.toml"
+        argv = ["calibrate", str(folder / "data.csv"), "--base", str(folder / "base.toml"), "-o", str(out),
+                "--starts", "1", "--steps", "300", "--fit", "intra.bandwidth", "--prior", str(prior)]
+        from sweep.cli import main
+        assert main(argv) == 0
+        got.append(tomllib.loads(out.read_text())["intra"]["bandwidth"])
+    assert got[0] == pytest.approx(TRUE["intra.bandwidth"], rel=0.05)
+    assert TRUE["intra.bandwidth"] * 0.95 < got[0] < got[1] < got[2] < 6e10, got
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
@@ -233,6 +251,10 @@ def small_data(tmp_path):
     (["nodes", "inter.alpha", "message_bytes", "allreduce_time"], [2, 1e-5, 1024, 5e-5], [], "inter.alpha", "1e-05"),
     (["nodes", "gpu", "message_bytes", "allreduce_time"], [2, "tpu", 1024, 5e-5], [], "gpu", "tpu"),
     (["nodes", "message_bytes", "allreduce_time"], [0, 1024, 5e-5], [], "nodes", "0"),
+    (["nodes", "message_bytes", "allreduce_time"], [2, 1024, 5e-5], ["--fit", "inter.alpha", "--prior", "-1"],
+     "--prior", "-1"),
+    (["nodes", "message_bytes", "allreduce_time"], [2, 1024, 5e-5], ["--fit", "inter.alpha", "--prior", "nan"],
+     "--prior", "nan"),
 ])
 def test_bad_calibrate_input_exits_2(tmp_path, cli, header, row, argv, key, value):
     data = write_csv(tmp_path / "d.csv", header, [row])

@@ -31,27 +31,9 @@ import optax
 from kernels.codes import ALGORITHMS
 from sweep.errors import SpecError
 from sweep.fit.data import Row
+from sweep.fit.options import FitOptions
 from sweep.fit.model import FITTABLE, LINK_TABLES, SWITCHES, Group, Model, build_groups, loss_terms
 from sweep.fit.uncertainty import gauss_newton_sigma, posterior_covariance
-
-@dataclasses.dataclass(frozen=True)
-class FitOptions:
-    starts: int = 8
-    steps: int = 1000  # Adam steps while annealing the smoothing
-    polish: int = 500  # Adam steps with hard switches after the annealing
-    learning_rate: float = 0.04
-    tail: float = 0.3
-    seed: int = 0
-    temperature: tuple[float, float] = (3e-2, 3e-4)  # smooth max, fraction of each row's iteration time
-    width: tuple[float, float] = (2.0, 0.002)  # protocol switches, ln bytes
-    # Gaussian priors around the start (base or catalog values) as regularisation:
-    # `prior` is the residual scale assumed when weighing them against the data
-    # (0: no priors), `prior_width` their 1-sigma in ln units (a factor e**w) for
-    # log-space keys and in linear units for exponents. Switches have none.
-    prior: float = 0.05
-    prior_width: float = math.log(10.0)
-    prior_width_linear: float = 1.0
-
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:

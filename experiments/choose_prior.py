@@ -1,0 +1,114 @@
+"""The strength of the fit's priors, chosen on data the 10GbE study never scores.
+
+`FitOptions.prior` is the residual scale assumed when the fit weighs its
+Gaussian priors (around the catalog or base values) against the data: the
+loss is mean(r^2) + prior^2 / N * sum(z^2), the negative log posterior of
+normal log residuals of that scale, over N observations. With few rows per
+fitted key (the 10GbE cross-method task fits nine keys to 12 rows) the value
+decides which optimum the fit lands in, so it must not be tuned on the rows
+that validate_ddl.py scores. It is chosen here, by a rule fixed before
+looking, on two other sources whose priors are centred on the hardware's own
+catalog entries:
+
+- the nine single-node nccl-tests tables (the intra link of the GPUs' path
+  in the catalog): fit the sizes up to 1 MiB, predict the larger ones,
+  exactly as validate_nccl.py task (b) does;
+- the OSU all-reduce latencies (10GbE, the default inter link): fit two
+  process counts, predict the third, with the six keys of README's table.
+
+The multi-node nccl-tests tables are left out: their fabrics (EFA, HDR/NDR
+InfiniBand, RoCE) have no catalog entry under the default inter link, so
+their priors would be centred on 10GbE, not on their hardware.
+
+Rule: each split (a table, or an OSU fold) gets one vote; the score of a
+prior is the geometric mean over splits of the held-out median relative
+error; the lowest score wins. The table also gives the geometric mean of
+the held-out maxima, and every split's figures.
+
+    python experiments/choose_prior.py [--quick] [--out DIR]
+
+Writes table.md and scores.csv.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sweep import FitOptions, catalog, markdown_table, require_data, study_arguments, validate, write_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fit_osu import DATA as OSU, osu_rows  # noqa: E402
+from validate_nccl import DATA as NCCL, INTRA_KEYS, INTRA_LINKS, MEBI, NVLS  # noqa: E402
+OSU_KEYS = ("inter.alpha", "inter.bandwidth", "inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth",
+            "inter.overhead")
+PRIORS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+QUICK_PRIORS = (0.05, 0.5)
+
+
+def splits(folder: Path, quick: bool):
+    """(split name, callable(options) -> [(fold name, held-out errors)])."""
+    for name, link in INTRA_LINKS.items():
+        if quick and name not in ("autodl_rtx2080ti_1x2_pcie3", "konnase_v100_sxm2_1x8_hcm"):
+            continue
+        base = folder / f"{name}.toml"
+        text = f'algorithm = "ring"\n[intra]\nname = "{link}"\n'
+        if name in NVLS:  # in-switch reduction: the wire bound is half a ring's (validate_nccl.py)
+            text += f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n"
+        base.write_text(text)
+        path = NCCL / f"{name}.csv"
+        yield name, lambda options, path=path, base=base: [
+            (f.fold.name, [r["model_error"] for r in f.records])
+            for f in validate(path, INTRA_KEYS, base, "size", options=options, cut=MEBI)]
+    if not quick:
+        osu, _ = osu_rows(folder)
+        yield "osu", lambda options: [
+            (f"osu, {f.fold.name}", [r["model_error"] for r in f.records])
+            for f in validate(osu, OSU_KEYS, None, "nodes", options=options)]
+
+
+def geometric_mean(x) -> float:
+    return float(np.exp(np.mean(np.log(np.asarray(x)))))
+
+
+def main(argv=None) -> int:
+    args = study_arguments("choose_prior", __doc__.splitlines()[0], argv)
+    require_data("choose_prior", OSU)
+    started = time.perf_counter()
+    priors = QUICK_PRIORS if args.quick else PRIORS
+    base_options = FitOptions(starts=2, steps=300, polish=150) if args.quick else FitOptions()
+    medians = {p: {} for p in priors}
+    maxima = {p: {} for p in priors}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, run in splits(Path(tmp), args.quick):
+            for prior in priors:
+                for fold, errors in run(FitOptions(**{**base_options.__dict__, "prior": prior})):
+                    medians[prior][fold if name == "osu" else name] = float(np.median(errors))
+                    maxima[prior][fold if name == "osu" else name] = float(np.max(errors))
+            print(f"choose_prior: {name} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    names = list(medians[priors[0]])
+    score = {p: geometric_mean([medians[p][n] for n in names]) for p in priors}
+    best = min(priors, key=lambda p: score[p])
+    pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    head = ["prior (assumed residual scale)", "geometric mean of held-out medians", "geometric mean of maxima",
+            *names]
+    rows = [[f"{p:g}" + (" (chosen)" if p == best else ""), pct(score[p]),
+             pct(geometric_mean([maxima[p][n] for n in names])),
+             *(f"{pct(medians[p][n])} / {pct(maxima[p][n])}" for n in names)] for p in priors]
+    text = (f"Held-out median / max relative error per split ({len(names)} splits, "
+            f"{'quick' if args.quick else 'full'} optimiser settings); chosen: prior = {best:g}\n\n")
+    text += markdown_table(head, rows)
+    write_text(args.out / "table.md", text)
+    lines = ["prior,split,median,max\n"] + [f"{p!r},{n},{medians[p][n]:.6g},{maxima[p][n]:.6g}\n"
+                                           for p in priors for n in names]
+    write_text(args.out / "scores.csv", "".join(lines))
+    print(text)
+    print(f"choose_prior: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
