@@ -1,4 +1,4 @@
-"""The strength of the fit's priors, chosen on data the 10GbE study never scores.
+"""The strength of the fit's priors (and its tail weight), chosen on data the 10GbE study never scores.
 
 `FitOptions.prior` is the residual scale assumed when the fit weighs its
 Gaussian priors (around the catalog or base values) against the data: the
@@ -25,12 +25,16 @@ prior is the geometric mean over splits of the held-out median relative
 error; the lowest score wins. The table also gives the geometric mean of
 the held-out maxima, and every split's figures.
 
-    python experiments/choose_prior.py [--quick] [--out DIR]
+`--knob tail` applies the same rule to the loss's weight on the largest
+relative errors (`FitOptions.tail`), at the default prior.
 
-Writes table.md and scores.csv.
+    python experiments/choose_prior.py [--knob prior|tail] [--quick] [--out DIR]
+
+Writes table.md and scores.csv (`--knob tail`: table_tail.md, scores_tail.csv).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -45,8 +49,9 @@ from fit_osu import DATA as OSU, osu_rows  # noqa: E402
 from validate_nccl import DATA as NCCL, INTRA_KEYS, INTRA_LINKS, MEBI, NVLS  # noqa: E402
 OSU_KEYS = ("inter.alpha", "inter.bandwidth", "inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth",
             "inter.overhead")
-PRIORS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-QUICK_PRIORS = (0.05, 0.5)
+GRIDS = {"prior": (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), "tail": (0.0, 0.1, 0.3, 1.0, 3.0)}
+QUICK_GRIDS = {"prior": (0.05, 0.5), "tail": (0.0, 0.3)}
+LABELS = {"prior": "prior (assumed residual scale)", "tail": "tail (weight of the largest errors)"}
 
 
 def splits(folder: Path, quick: bool):
@@ -75,17 +80,22 @@ def geometric_mean(x) -> float:
 
 
 def main(argv=None) -> int:
+    chooser = argparse.ArgumentParser(prog="experiments/choose_prior.py", add_help=False)
+    chooser.add_argument("--knob", choices=tuple(GRIDS), default="prior")
+    known, argv = chooser.parse_known_args(argv)
+    knob = known.knob
     args = study_arguments("choose_prior", __doc__.splitlines()[0], argv)
     require_data("choose_prior", OSU)
     started = time.perf_counter()
-    priors = QUICK_PRIORS if args.quick else PRIORS
+    priors = (QUICK_GRIDS if args.quick else GRIDS)[knob]
+    suffix = "" if knob == "prior" else f"_{knob}"
     base_options = FitOptions(starts=2, steps=300, polish=150) if args.quick else FitOptions()
     medians = {p: {} for p in priors}
     maxima = {p: {} for p in priors}
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in splits(Path(tmp), args.quick):
             for prior in priors:
-                for fold, errors in run(FitOptions(**{**base_options.__dict__, "prior": prior})):
+                for fold, errors in run(FitOptions(**{**base_options.__dict__, knob: prior})):
                     medians[prior][fold if name == "osu" else name] = float(np.median(errors))
                     maxima[prior][fold if name == "osu" else name] = float(np.max(errors))
             print(f"choose_prior: {name} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
@@ -93,18 +103,18 @@ def main(argv=None) -> int:
     score = {p: geometric_mean([medians[p][n] for n in names]) for p in priors}
     best = min(priors, key=lambda p: score[p])
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
-    head = ["prior (assumed residual scale)", "geometric mean of held-out medians", "geometric mean of maxima",
+    head = [LABELS[knob], "geometric mean of held-out medians", "geometric mean of maxima",
             *names]
     rows = [[f"{p:g}" + (" (chosen)" if p == best else ""), pct(score[p]),
              pct(geometric_mean([maxima[p][n] for n in names])),
              *(f"{pct(medians[p][n])} / {pct(maxima[p][n])}" for n in names)] for p in priors]
     text = (f"Held-out median / max relative error per split ({len(names)} splits, "
-            f"{'quick' if args.quick else 'full'} optimiser settings); chosen: prior = {best:g}\n\n")
+            f"{'quick' if args.quick else 'full'} optimiser settings); chosen: {knob} = {best:g}\n\n")
     text += markdown_table(head, rows)
-    write_text(args.out / "table.md", text)
-    lines = ["prior,split,median,max\n"] + [f"{p!r},{n},{medians[p][n]:.6g},{maxima[p][n]:.6g}\n"
+    write_text(args.out / f"table{suffix}.md", text)
+    lines = [f"{knob},split,median,max\n"] + [f"{p!r},{n},{medians[p][n]:.6g},{maxima[p][n]:.6g}\n"
                                            for p in priors for n in names]
-    write_text(args.out / "scores.csv", "".join(lines))
+    write_text(args.out / f"scores{suffix}.csv", "".join(lines))
     print(text)
     print(f"choose_prior: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0

@@ -1,4 +1,4 @@
-"""experiments/choose_prior.py: the prior strength is the one its rule picks
+"""experiments/choose_prior.py: the prior strength (and tail weight) is the one its rule picks
 from the per-split errors it wrote (a --quick run on two nccl-tests tables)."""
 from __future__ import annotations
 
@@ -17,19 +17,20 @@ needs_data = pytest.mark.skipif(not (DATA / "nccl_tests").exists() or not (DATA 
 
 
 @needs_data
-def test_quick_run_chooses_the_lowest_geometric_mean(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "choose_prior.py"), "--quick", "--out",
-                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+@pytest.mark.parametrize("knob, grid, suffix", [("prior", [0.05, 0.5], ""), ("tail", [0.0, 0.3], "_tail")])
+def test_quick_run_chooses_the_lowest_geometric_mean(tmp_path, knob, grid, suffix):
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "choose_prior.py"), "--quick", "--knob", knob,
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    with open(tmp_path / "scores.csv", newline="") as handle:
+    with open(tmp_path / f"scores{suffix}.csv", newline="") as handle:
         scores = list(csv.DictReader(handle))
-    priors = sorted({float(r["prior"]) for r in scores})
+    priors = sorted({float(r[knob]) for r in scores})
     splits = sorted({r["split"] for r in scores})
-    assert priors == [0.05, 0.5] and len(splits) == 2 and len(scores) == 4
+    assert priors == grid and len(splits) == 2 and len(scores) == 4
     assert all(0 < float(r["median"]) <= float(r["max"]) for r in scores)
-    geo = {p: math.exp(sum(math.log(float(r["median"])) for r in scores if float(r["prior"]) == p) / len(splits))
+    geo = {p: math.exp(sum(math.log(float(r["median"])) for r in scores if float(r[knob]) == p) / len(splits))
            for p in priors}
     chosen = min(priors, key=geo.get)
-    table = (tmp_path / "table.md").read_text()
-    assert f"chosen: prior = {chosen:g}" in table
+    table = (tmp_path / f"table{suffix}.md").read_text()
+    assert f"chosen: {knob} = {chosen:g}" in table
     assert f"{100 * geo[chosen]:.1f} %" in table
