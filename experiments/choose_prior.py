@@ -35,6 +35,7 @@ Writes table.md and scores.csv (`--knob tail`: table_tail.md, scores_tail.csv).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -42,11 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import FitOptions, catalog, markdown_table, require_data, study_arguments, validate, write_text
+from sweep import FitOptions, markdown_table, require_data, study_arguments, validate, write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fit_osu import DATA as OSU, osu_rows  # noqa: E402
-from validate_nccl import DATA as NCCL, INTRA_KEYS, INTRA_LINKS, MEBI, NVLS  # noqa: E402
+from validate_nccl import DATA as NCCL, INTRA_KEYS, INTRA_LINKS, MEBI, QUICK, single_node_base  # noqa: E402
 OSU_KEYS = ("inter.alpha", "inter.bandwidth", "inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth",
             "inter.overhead")
 GRIDS = {"prior": (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), "tail": (0.0, 0.1, 0.3, 1.0, 3.0)}
@@ -60,10 +61,7 @@ def splits(folder: Path, quick: bool):
         if quick and name not in ("autodl_rtx2080ti_1x2_pcie3", "konnase_v100_sxm2_1x8_hcm"):
             continue
         base = folder / f"{name}.toml"
-        text = f'algorithm = "ring"\n[intra]\nname = "{link}"\n'
-        if name in NVLS:  # in-switch reduction: the wire bound is half a ring's (validate_nccl.py)
-            text += f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n"
-        base.write_text(text)
+        base.write_text(single_node_base(name, link))
         path = NCCL / f"{name}.csv"
         yield name, lambda options, path=path, base=base: [
             (f.fold.name, [r["model_error"] for r in f.records])
@@ -87,33 +85,34 @@ def main(argv=None) -> int:
     args = study_arguments("choose_prior", __doc__.splitlines()[0], argv)
     require_data("choose_prior", OSU)
     started = time.perf_counter()
-    priors = (QUICK_GRIDS if args.quick else GRIDS)[knob]
+    values = (QUICK_GRIDS if args.quick else GRIDS)[knob]
     suffix = "" if knob == "prior" else f"_{knob}"
-    base_options = FitOptions(starts=2, steps=300, polish=150) if args.quick else FitOptions()
-    medians = {p: {} for p in priors}
-    maxima = {p: {} for p in priors}
+    base_options = QUICK if args.quick else FitOptions()
+    medians = {p: {} for p in values}
+    maxima = {p: {} for p in values}
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in splits(Path(tmp), args.quick):
-            for prior in priors:
-                for fold, errors in run(FitOptions(**{**base_options.__dict__, knob: prior})):
-                    medians[prior][fold if name == "osu" else name] = float(np.median(errors))
-                    maxima[prior][fold if name == "osu" else name] = float(np.max(errors))
+            for value in values:
+                for fold, errors in run(dataclasses.replace(base_options, **{knob: value})):
+                    split = fold if name == "osu" else name
+                    medians[value][split] = float(np.median(errors))
+                    maxima[value][split] = float(np.max(errors))
             print(f"choose_prior: {name} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-    names = list(medians[priors[0]])
-    score = {p: geometric_mean([medians[p][n] for n in names]) for p in priors}
-    best = min(priors, key=lambda p: score[p])
+    names = list(medians[values[0]])
+    score = {p: geometric_mean([medians[p][n] for n in names]) for p in values}
+    best = min(values, key=lambda p: score[p])
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     head = [LABELS[knob], "geometric mean of held-out medians", "geometric mean of maxima",
             *names]
     rows = [[f"{p:g}" + (" (chosen)" if p == best else ""), pct(score[p]),
              pct(geometric_mean([maxima[p][n] for n in names])),
-             *(f"{pct(medians[p][n])} / {pct(maxima[p][n])}" for n in names)] for p in priors]
+             *(f"{pct(medians[p][n])} / {pct(maxima[p][n])}" for n in names)] for p in values]
     text = (f"Held-out median / max relative error per split ({len(names)} splits, "
             f"{'quick' if args.quick else 'full'} optimiser settings); chosen: {knob} = {best:g}\n\n")
     text += markdown_table(head, rows)
     write_text(args.out / f"table{suffix}.md", text)
     lines = [f"{knob},split,median,max\n"] + [f"{p!r},{n},{medians[p][n]:.6g},{maxima[p][n]:.6g}\n"
-                                           for p in priors for n in names]
+                                           for p in values for n in names]
     write_text(args.out / f"scores{suffix}.csv", "".join(lines))
     print(text)
     print(f"choose_prior: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)

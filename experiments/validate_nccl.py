@@ -85,6 +85,14 @@ DESCRIBE_PRIOR = 0.05
 QUICK = FitOptions(starts=2, steps=300, polish=150)
 
 
+def single_node_base(name: str, link: str) -> str:
+    """The base scenario of a single-node table: a ring on its catalog intra link."""
+    base = f'algorithm = "ring"\n[intra]\nname = "{link}"\n'
+    if name in NVLS:  # in-switch reduction: each GPU sends half a ring's bytes
+        base += f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n"
+    return base
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -119,9 +127,7 @@ def main(argv=None) -> int:
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"
-            base = f'algorithm = "ring"\n[intra]\nname = "{link}"\n'
-            if name in NVLS:  # in-switch reduction: each GPU sends half a ring's bytes
-                base += f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n"
+            base = single_node_base(name, link)
             results = run(path, INTRA_KEYS, base, "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, f"single node ({link})", results, ""))
             records.append(records_csv(results))

@@ -197,7 +197,7 @@ def _optimiser_arguments(parser, seed_help: str) -> None:
                         help="strength of the priors around the base or catalog values: the residual scale "
                              "assumed when weighing them against the data; larger trusts the catalog more, "
                              f"0 turns them off (default {defaults.prior}, chosen by experiments/choose_prior.py)")
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--seed", type=int, default=defaults.seed, help=seed_help)
 
 
 def _fit_options(args):
