@@ -5,9 +5,10 @@ minor axis):
 - a chain with inputs only at its first task and a linear cost stays *lazy*:
   f_i = base + prefix_i * scale, a [C] base and per-task constants, never
   materialised unless a later segment reads its rows;
-- a chain with inputs along it is a prefix sum and a running maximum,
-  f_i = S_i + max_{j <= i} (r_j - S_{j-1}), or, when an edge along it is
-  switched, an associative scan of the max-plus maps f -> max(f + a_i, b_i);
+- a chain with inputs along it is the recurrence f_i = max(f_{i-1}, r_i) + d_i
+  (`kernels.chain`: a scan on CPU, prefix sums and maxima elsewhere), with
+  an edge along it that may be switched off;
+- a map (tasks that do not wait for one another) is f_i = r_i + d_i;
 - a policy channel is one scan (`kernels.channel.policy_channel`), given its
   inputs relative to a lazy base when they come from one lazy chain.
 An input is the finish of a task in an earlier segment, gated by its edge's
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.broadcast import lead
+from kernels.chain import chain_finish
 from kernels.channel import policy_channel
 from kernels.priority import priority_channel
 from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
@@ -150,6 +153,49 @@ class Run:
         return jnp.concatenate([v.dense() for v in self.values], axis=0)  # segment order = row order
 
 
+class SentBytes(Mapping):
+    """Bytes each policy slot sent ([C]), by program row; kept as the [n, C]
+    blocks of their channels, so that many rows are read in one gather
+    (`rows`) instead of one slice each."""
+
+    def __init__(self):
+        self._where: dict = {}  # row -> (block number, index)
+        self._blocks: list = []
+
+    def add(self, rows, block):
+        for i, row in enumerate(rows):
+            self._where[row] = (len(self._blocks), i)
+        self._blocks.append(block)
+
+    def __getitem__(self, row):
+        b, i = self._where[row]
+        return self._blocks[b][i]
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self):
+        return len(self._where)
+
+    def rows(self, refs):
+        """[m, C]: the bytes sent by each of the rows `refs`."""
+        located = [self._where[r] for r in refs]
+        blocks = sorted({b for b, _ in located})
+        if len(blocks) == 1:
+            return _take(self._blocks[blocks[0]], [i for _, i in located])
+        parts = [self._blocks[b] for b in blocks]
+        offsets = np.cumsum([0] + [len(x) for x in parts])
+        return _take(jnp.concatenate(parts), [offsets[blocks.index(b)] + i for b, i in located])
+
+
+def _take(x, idx):
+    """x[idx] along the first axis; a slice when `idx` is a contiguous run."""
+    idx = np.asarray(idx, np.int64)
+    if len(idx) and (np.diff(idx) == 1).all():
+        return x[int(idx[0]):int(idx[-1]) + 1]
+    return x[idx]
+
+
 def _zero_cost(like) -> CollectiveCost:
     zero = jnp.zeros_like(like)
     return CollectiveCost(zero, zero, None)
@@ -160,7 +206,7 @@ def run_program(program, ctx: Context, keep=(), want_all: bool = False) -> Run:
     afterwards, `want_all` keeps every finish, duration and sent bytes."""
     needed = _needed_rows(program, keep)
     values: list = []
-    sent: dict = {}
+    sent = SentBytes()
     busy: dict = {}
     partitions: dict = {}
     durations = [] if want_all else None
@@ -178,9 +224,13 @@ def run_program(program, ctx: Context, keep=(), want_all: bool = False) -> Run:
         if seg.kind == "policy":
             value, seg_sent, seg_busy, d, seg_partitions = _policy(program, seg, g, values, sent, ctx, needed[g], refs,
                                                                    want_all)
-            sent.update(seg_sent)
+            if seg_sent is not None:
+                first_row = program.tasks.index(seg.tasks[0])
+                sent.add(range(first_row, first_row + len(seg)), seg_sent)
             if seg_partitions is not None:
                 partitions[program.tasks.index(seg.tasks[0])] = seg_partitions
+        elif seg.kind == "map":
+            value, seg_busy, d = _map(program, seg, values, sent, ctx, want_all)
         else:
             value, seg_busy, d = _chain(program, seg, values, sent, ctx, needed[g], want_all)
         values.append(value)
@@ -214,6 +264,25 @@ def _enabled(switch, ctx: Context, sent):
     rule, ref = switch_rule(switch)
     sends = sent[ref] > 0
     return sends if rule == IF_SENDS else ~sends
+
+
+def _enabled_rows(switches, ctx: Context, sent):
+    """`_enabled` of each switch, stacked ([m, C] or [m, 1] bool): the slots
+    the switches look at are read in one gather."""
+    switches = list(switches)
+    out = jnp.ones((len(switches), 1), bool)
+    by_slot = np.array([switch >= 2 for switch in switches])
+    if by_slot.any():
+        rules_refs = [switch_rule(switch) if switch >= 2 else None for switch in switches]
+        any_ref = next(rr[1] for rr in rules_refs if rr is not None)
+        sends = sent.rows([rr[1] if rr else any_ref for rr in rules_refs]) > 0
+        holds = np.array([rr is not None and rr[0] != IF_SENDS for rr in rules_refs])
+        sends = jnp.where(holds[:, None], ~sends, sends)
+        out = jnp.where(by_slot[:, None], sends, out)
+    no_prefetch = np.array([switch == NO_PREFETCH for switch in switches])
+    if no_prefetch.any():
+        out = jnp.where(no_prefetch[:, None], _row(ctx.prefetch <= 0), out)
+    return out
 
 
 def _gate(switch, value, ctx: Context, sent):
@@ -252,10 +321,13 @@ def _ready(program, seg, values, sent, ctx):
         if len(set(switches)) == 1:
             vals = _gate(switches[0], vals, ctx, sent)
         else:
-            enabled = jnp.stack(jnp.broadcast_arrays(*(_enabled(sw, ctx, sent) for sw in switches)))
-            vals = jnp.where(enabled, vals, NEG)
-        if dst != list(range(n)):
-            vals = jnp.full((n, *vals.shape[1:]), NEG, vals.dtype).at[np.asarray(dst)].set(vals)
+            vals = jnp.where(_enabled_rows(switches, ctx, sent), vals, NEG)
+        if dst != list(range(n)):  # spread over the n rows by a gather (a scatter is slow on CPU)
+            position = np.zeros(n, np.int64)
+            position[np.asarray(dst)] = np.arange(len(dst))
+            present = np.zeros(n, bool)
+            present[np.asarray(dst)] = True
+            vals = jnp.where(present[:, None], _take(vals, position), NEG)
         parts.append(vals)
     if not parts:
         return None
@@ -295,7 +367,7 @@ def _durations(seg, ctx, sent, program):
         return jnp.zeros((len(seg), 1), dtype)
     cost = ctx.comm[seg.cost]
     if seg.kind == "follow":
-        nbytes = jnp.stack([sent[r] for r in seg.refs])
+        nbytes = sent.rows(seg.refs)
     else:
         nbytes = coef * _row(ctx.grad_bytes)
     return allreduce_time(nbytes, *cost, width=ctx.width)
@@ -311,29 +383,28 @@ def _chain(program, seg, values, sent, ctx, needed, want_all):
         return value, None, d
     d = _durations(seg, ctx, sent, program)
     d, r = jnp.broadcast_arrays(d, _ready_or_start(program, seg, values, sent, ctx, d.dtype))
-    temperature = ctx.temperature
-    if seg.gates is None:
-        total = jnp.cumsum(d, axis=0)
-        lead = r - (total - d)
-        if temperature is None:
-            running = jax.lax.cummax(lead, axis=0)
-        else:
-            t = _row(temperature)
-            running = t * jax.lax.cumlogsumexp(lead / t, axis=0)
-        finish = total + running
-    else:
-        enabled = jnp.stack([jnp.broadcast_to(_gate(gate, 0.0, ctx, sent), d.shape[1:]) if i else
-                             jnp.full(d.shape[1:], NEG) for i, gate in enumerate(seg.gates)])
-        a, b = enabled + d, r + d
-
-        def compose(first, second):
-            a1, b1 = first
-            a2, b2 = second
-            return a1 + a2, maximum(b1 + a2, b2, temperature)
-
-        finish = jax.lax.associative_scan(compose, (a, b), axis=0)[1]
+    g = None
+    if seg.gates is not None:  # the edge from the row before; row 0 has none
+        first = np.arange(len(seg)) == 0
+        g = jnp.where(first[:, None], NEG, jnp.where(_enabled_rows(seg.gates, ctx, sent), 0.0, NEG))
+    finish = chain_finish(r, d, g, ctx.temperature)
     seg_busy = jnp.sum(d, axis=0) if comm else None
     return Dense(finish), seg_busy, (d if want_all else None)
+
+
+def _map(program, seg, values, sent, ctx, want_all):
+    """Tasks that wait only for earlier segments: each starts at its input
+    time (0 without one) and finishes a duration later, all at once."""
+    d = _durations(seg, ctx, sent, program)
+    r = _ready(program, seg, values, sent, ctx)
+    roots = np.array([not row for row in seg.inputs])
+    if r is None:
+        r = jnp.zeros((len(seg), 1), d.dtype)
+    elif roots.any():
+        r = jnp.where(roots[:, None], 0.0, r)
+    finish = r + d
+    seg_busy = jnp.sum(jnp.broadcast_to(d, finish.shape), axis=0) if seg.cost in COMM_COSTS else None
+    return Dense(finish), seg_busy, (jnp.broadcast_to(d, finish.shape) if want_all else None)
 
 
 def _lazy_source(program, seg, values):
@@ -383,8 +454,7 @@ def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
             partitions = (jnp.where(used, slot, -1), jnp.where(used, start + _row(base), 0.0),
                           jnp.where(used, end + _row(base), 0.0))
     value = Dense(finish + _row(base)) if want_slots else Tail(last + base, n)
-    out_sent = {} if seg_sent is None else {r: seg_sent[i] for i, r in enumerate(rows)}
-    return value, out_sent, busy, d, partitions
+    return value, seg_sent, busy, d, partitions
 
 
 def _with_priority(seg, ctx: Context, cost, ready, ready_scale, finish, sent, last, busy, d):

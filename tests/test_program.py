@@ -93,6 +93,18 @@ def test_lowering_modes():
     assert "entry" in modes[str(Shape(zero=3))].reason
 
 
+def test_layerwise_updates_are_one_map_per_iteration():
+    """The per-layer updates wait only for their joins: one vectorised map
+    segment per iteration, not a task-by-task scan."""
+    params, forward, backward = small_model()
+    lowered = compile_model(params, forward, 3, Shape(update="layerwise"), backward).lowered
+    maps = [seg for seg in lowered.program.segments if seg.kind == "map"]
+    assert [seg.iteration for seg in maps] == [1, 2, 3]
+    assert all({lowered.dag.tasks[t].kind for t in seg.tasks} == {"update"} for seg in maps)
+    assert all(len(seg) == int((params > 0).sum()) for seg in maps)
+    assert not any(seg.kind == "scan" for seg in lowered.program.segments)
+
+
 def test_free_communication_shortcut_equals_a_free_run():
     """With a barrier, single-GPU time is the compute chain: the same as
     running the program with communication that costs nothing."""

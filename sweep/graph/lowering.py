@@ -8,7 +8,9 @@ running maximum over the whole run at once,
 
     f_i = max(f_{i-1}, r_i) + d_i  =  S_i + max_{j <= i} (r_j - S_{j-1}),
 
-instead of one step per task. The slots of a channel that forms buckets are
+instead of one step per task. A run of consecutive tasks on no resource
+that do not wait for one another (the layer-wise updates) is one `map`
+segment, f_i = r_i + d_i for all at once. The slots of a channel that forms buckets are
 one `policy` segment, evaluated by one scan (`kernels.channel`); the stages
 that carry those buckets on (`follow`) are chains whose costs come from the
 bytes their slot sent.
@@ -39,7 +41,7 @@ class LoweringError(ValueError):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Segment:
-    kind: str  # "chain" | "policy" | "follow"
+    kind: str  # "chain" | "map" | "policy" | "follow"
     tasks: tuple[int, ...]  # task ids (of the DAG) in order
     cost: str | None  # row of `sweep.graph.dag.COSTS`; None: zero seconds
     coef: np.ndarray  # [n] float64 units of the cost
@@ -214,7 +216,7 @@ def _program(dag: Dag, ids) -> Program:
             for i, t in enumerate(group):
                 where[row_of[t]] = (g, i)
             continue
-        kind = {"policy": "policy", "follow": "follow"}.get(first.policy, "chain")
+        kind = {"policy": "policy", "follow": "follow"}.get(first.policy, "map" if _independent(dag, group) else "chain")
         members = set(group)
         inputs, gates = [], []
         for i, t in enumerate(group):
@@ -360,17 +362,26 @@ def _scan_segment(dag: Dag, group, preds, row_of, read_outside) -> ScanSegment:
         iteration=tasks[0].iteration)
 
 
+def _independent(dag: Dag, group) -> bool:
+    """A run of several tasks on no resource (not joins): none waits for another."""
+    first = dag.tasks[group[0]]
+    return len(group) > 1 and first.resource is None and first.kind != "join"
+
+
 def _continues(dag: Dag, group, task, task_preds) -> bool:
     """Whether `task` extends the run `group`: the same resource (or both
-    joins), kind, cost and policy, and an edge from the run's last task."""
+    joins), kind, cost and policy, and an edge from the run's last task; or,
+    for tasks on no resource, no edge from the run at all (a map)."""
     last = dag.tasks[group[-1]]
     same = (task.kind, task.cost, task.policy, task.resource, task.iteration) == \
            (last.kind, last.cost, last.policy, last.resource, last.iteration)
     if not same or task.id != last.id + 1 or task.kind == "exit":
         return False
-    if task.resource is None and task.kind != "join":
-        return False
     sources = {src for src, _ in task_preds}
+    if task.resource is None and task.kind != "join":
+        # Tasks on no resource run side by side: a run of them that do not
+        # wait for one another is one "map" segment (layer-wise updates).
+        return not (sources & set(group))
     if last.id not in sources:
         return False
     if task.resource is None:  # a join chain: no other edge from inside the run
