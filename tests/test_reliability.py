@@ -97,6 +97,8 @@ def interrupt_and_resume(tmp_path, model, n, chunk, trials, rng, wait_range, fre
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         took = time.time() - sent
+        if out.exists() and proc.returncode in (0, -sig):
+            break  # the signal landed after the cube was written (shutdown): nothing was interrupted
         assert proc.returncode == 128 + sig, err
         assert one_line(err) == "ssgd-sweep: interrupted; run the same command again to resume"
         assert took < stop_limit(), took
@@ -115,7 +117,7 @@ def interrupt_and_resume(tmp_path, model, n, chunk, trials, rng, wait_range, fre
 
 
 def test_sigint_and_sigterm_stop_cleanly_and_resume_identically(tmp_path):
-    stopped = interrupt_and_resume(tmp_path, "alexnet", 100_000, 2048, 2, np.random.default_rng(0), (0.0, 0.4))
+    stopped = interrupt_and_resume(tmp_path, "alexnet", 400_000, 2048, 2, np.random.default_rng(0), (0.0, 0.4))
     assert len(stopped) == 2
 
 
