@@ -126,8 +126,9 @@ def memory_per_gpu(dag, p):
 def derived_outputs(primary, p):
     """The outputs of DESIGN 2.4 from `iteration_primaries`.
 
-    A separate step on purpose: a sweep jits it apart from the primaries, so
-    XLA cannot fuse the channel evaluation into every output that divides by
+    A separate step on purpose: a sweep fences the primaries with
+    optimisation barriers (`sweep.engine.evaluate.fenced_primaries`), so XLA
+    cannot fuse the channel evaluation into every output that divides by
     the iteration time (it did, computing it once per such output).
     """
     p = Params.of(p)

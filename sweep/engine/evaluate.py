@@ -56,14 +56,25 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
+@functools.partial(jax.jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets"))
 def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
-    """The requested outputs for one chunk, in two compiled steps (see
-    `kernels.iteration.derived_outputs` for why). `tangents` holds, per
-    sensitivity output, its (parameter, multiplier) pairs (see
-    sweep.scenario.sensitivity); `fixed_buckets`, that the scenario only ever uses bsp
-    or wfbp."""
-    primary = _primary_kernel(dag, params, tangents, fixed_buckets)
-    return _output_kernel(primary, params, outputs, size)
+    """The requested outputs for one chunk: `fenced_primaries`, then the
+    outputs. `tangents` holds, per sensitivity output, its (parameter,
+    multiplier) pairs (see sweep.scenario.sensitivity); `fixed_buckets`,
+    that the scenario only ever uses bsp or wfbp."""
+    TRACES[outputs] += 1  # runs only while tracing
+    return selected_outputs(fenced_primaries(dag, params, tangents, fixed_buckets), params, outputs, size)
+
+
+def fenced_primaries(dag, params, tangents, fixed_buckets):
+    """The primary kernel between optimisation barriers, for use inside a
+    larger program. Fenced, it compiles to the same code whatever surrounds
+    it (a full cube's outputs, a reduction's fold), so the two agree bit for
+    bit (unfenced, a sample's iteration times moved by an ulp); and XLA
+    cannot fuse the channel evaluation into every output that divides by
+    the iteration time (`kernels.iteration.derived_outputs`)."""
+    barrier = jax.lax.optimization_barrier
+    return barrier(_primary_kernel(dag, barrier(params), tangents, fixed_buckets))
 
 
 @functools.partial(jax.jit, static_argnames=("tangents", "fixed_buckets"))
@@ -119,12 +130,6 @@ def by_tiles(fn, params, tile: int):
     return {k: v.T.reshape(size) if v.shape[-1] == tile else v[0] for k, v in tiles.items()}
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "size"))
-def _output_kernel(primary, params, outputs, size):
-    TRACES[outputs] += 1  # runs only while tracing
-    return selected_outputs(primary, params, outputs, size)
-
-
 def selected_outputs(primary, params, outputs, size):
     """The outputs asked for, [size] each, from the primaries."""
     out = {**primary, **derived_outputs(primary, params)}
@@ -151,17 +156,22 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
         _finish(*pending, plan, store, devices, progress)
 
 
-def _dispatch(spec, plan, chunk, devices, primaries_only: bool = False, sampled_values: bool = True):
-    """Start a chunk on the devices: its outputs (or, with `primaries_only`,
-    the primaries and the parameters, for a caller that derives the outputs
-    in a step of its own) and, with `sampled_values`, its sampled values."""
-    drawing = _draws(spec, plan, chunk)
-    dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk, drawing, sampled_values)
-    params = _on_devices(params, plan, chunk, devices, _varying(spec, plan, chunk), drawing)
-    if primaries_only:
-        return (_primary_kernel(dag, params, tangents, fixed_buckets), params), sampled
+def _dispatch(spec, plan, chunk, devices):
+    """Start a chunk on the devices: its outputs and its sampled values."""
+    dag, (args, static), tangents, fixed_buckets, sampled = packed_chunk(spec, plan, chunk, devices)
+    params = expand(*args, **static)
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
     return out, sampled  # asynchronous
+
+
+def packed_chunk(spec, plan, chunk, devices, sampled_values: bool = True):
+    """(compiled DAG, `_packed` parameters, tangent rules, fixed_buckets,
+    sampled values) of a chunk: everything its kernel needs, the parameters
+    still compact (`expand` makes them [C] on the devices)."""
+    drawing = _draws(spec, plan, chunk)
+    dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk, drawing, sampled_values)
+    packed = _packed(params, plan, chunk, devices, _varying(spec, plan, chunk), drawing)
+    return dag, packed, tangents, fixed_buckets, sampled
 
 
 def _group_key(chunk) -> tuple:
@@ -190,6 +200,12 @@ def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: fr
     the devices: packed into one float and one integer buffer (two copies to
     the devices, not one per parameter), then `expand`ed there (with the
     draws of a sample drawn on the devices: `drawing`, from `_draws`)."""
+    args, static = _packed(params, plan, chunk, devices, varying, drawing)
+    return expand(*args, **static)
+
+
+def _packed(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset, drawing=None):
+    """(`expand`'s array arguments, on the devices; its static arguments)."""
     layout, buffers = [], {np.float32: [], np.int32: []}
     offsets = {np.float32: 0, np.int32: 0}
     for name, value in params.items():
@@ -200,8 +216,9 @@ def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: fr
     packed = [np.concatenate(buffers[kind]) if buffers[kind] else np.zeros(1, kind) for kind in (np.float32, np.int32)]
     draw_plan, limits = drawing or (None, ())
     words = device_draws.chunk_words(plan.spec, chunk) if drawing else np.zeros(0, np.uint32)
-    return expand(*devices.replicate([*packed, limits, words]), tuple(layout), plan.padded_box_shape(), chunk.padded,
-                  devices.sharded, varying, draw_plan)
+    static = dict(layout=tuple(layout), box=plan.padded_box_shape(), length=chunk.padded, sharding=devices.sharded,
+                  varying=varying, draw_plan=draw_plan)
+    return devices.replicate([*packed, limits, words]), static
 
 
 @functools.partial(jax.jit, static_argnames=("layout", "box", "length", "sharding", "varying", "draw_plan"))

@@ -18,7 +18,8 @@ import numpy as np
 
 from kernels import reduce as kernel
 from sweep.engine.devices import single_device
-from sweep.engine.evaluate import default_chunk, _dispatch, make_progress, selected_outputs, visible_devices
+from sweep.engine.evaluate import (_dispatch, default_chunk, expand, fenced_primaries, make_progress, packed_chunk,
+                                   selected_outputs, visible_devices)
 from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
 from sweep.engine.reduce_store import ReduceStore
@@ -80,15 +81,17 @@ def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
     return kernel.Box(np.asarray(starts, np.int32), np.int32(high), np.int32(chunk.size))
 
 
-@functools.lru_cache(maxsize=None)
-def _accumulator(shape: kernel.ReduceShape, outputs: tuple[str, ...], size: int):
-    """The jitted step after the primary kernel, for one accumulator layout:
-    the selected outputs, folded at once (never stored), on the device of
-    its inputs."""
-    def step(acc, primary, params, box):
-        return kernel.accumulate(acc, selected_outputs(primary, params, outputs, size), box, shape)
-
-    return jax.jit(step, donate_argnums=0)
+@functools.partial(jax.jit, donate_argnums=0, static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size"))
+def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size):
+    """One chunk's primaries (`fenced_primaries`, the same code as a full
+    cube's), selected outputs and fold into the accumulators, in one
+    compiled program: run as two, the primaries were written out and read
+    back in a second dispatch, about half the rate on 2 cores. Also whether
+    any valid configuration gave a non-finite value. The parameters come
+    from `expand`, compiled apart as for a full cube, so a sample's draws
+    round exactly as there."""
+    primary = fenced_primaries(dag, params, tangents, fixed_buckets)
+    return kernel.accumulate(acc, selected_outputs(primary, params, outputs, size), box, shape)
 
 
 class _Lane:
@@ -131,7 +134,6 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     restored = devices.agree_tree(state.accumulators)  # process 0 read the checkpoint
     leader_lane = jax.process_index() == 0
     lanes = [_Lane(d, restored if leader_lane and i == 0 else empty) for i, d in enumerate(jax.local_devices())]
-    fold = _accumulator(shape, spec.outputs, plan.length)
     completed = set(np.flatnonzero(done).tolist())
     todo = [c for c in plan.chunks() if not done[c.id]]
     processes, rank = jax.process_count(), jax.process_index()
@@ -145,9 +147,10 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     try:
         for i, chunk_ in enumerate(mine):
             lane = lanes[i % len(lanes)]
-            (primary, params), _ = _dispatch(spec, plan, chunk_, lane.devices, primaries_only=True,
-                                              sampled_values=False)
-            lane.acc, bad = fold(lane.acc, primary, params, lane.devices.replicate(chunk_box(spec, shape, chunk_)))
+            dag, (args, static), tangents, fixed_buckets, _ = packed_chunk(spec, plan, chunk_, lane.devices,
+                                                                          sampled_values=False)
+            lane.acc, bad = _fold_chunk(lane.acc, expand(*args, **static), lane.devices.replicate(
+                chunk_box(spec, shape, chunk_)), dag, tangents, fixed_buckets, shape, spec.outputs, plan.length)
             checked.append((lane, chunk_, bad))
             folded.append(chunk_.id)
             _check_finite(spec, plan, checked, keep=len(lanes))
