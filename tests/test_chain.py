@@ -77,3 +77,18 @@ def test_chain_is_differentiable_both_ways():
         # d(f_last)/d(d_i) is 1 on the critical path of each configuration and 0 elsewhere.
         assert set(np.unique(np.asarray(grad))) <= {0.0, 1.0}
         assert (np.asarray(grad)[-1] == 1.0).all()
+
+
+def test_sent_bytes_rows_gather_across_channel_blocks():
+    """`SentBytes.rows` reads any rows of any channels' [n, C] blocks in the order asked."""
+    from kernels.program import SentBytes
+
+    first, second = jnp.arange(12.0).reshape(4, 3), 100 + jnp.arange(6.0).reshape(2, 3)
+    sent = SentBytes()
+    sent.add(range(10, 14), first)
+    sent.add([20, 21], second)
+    assert len(sent) == 6 and sorted(sent) == [10, 11, 12, 13, 20, 21]
+    np.testing.assert_array_equal(sent[12], first[2])
+    for refs in ([11, 12, 13], [13, 10], [21, 10, 20, 12], [20]):
+        expected = np.stack([np.asarray(first[r - 10] if r < 20 else second[r - 20]) for r in refs])
+        np.testing.assert_array_equal(np.asarray(sent.rows(refs)), expected)
