@@ -108,9 +108,11 @@ def _primaries(dag, params, tangents, fixed_buckets):
 # over tiles, each a whole program on [TILE] vectors) keeps a program's live
 # values in cache: on 2 cores the mgwfbp channel ran 2.2x, the unrolled
 # ZeRO-3 program 13x and the layer-wise one 1.5x faster with 1,024 than on
-# a whole 2**16-2**18 chunk; bsp/wfbp's closed form gains nothing. 512 was
-# no faster in sweep.run, and 2,048 fell off a cliff for ZeRO-3 (0.42 ->
-# 0.15 M/s): the best tile depends on the cache.
+# a whole 2**16-2**18 chunk (the layer-wise one 3.7x since its chains are
+# scans: 0.90 against 0.25 M/s on 2**16, EPYC); bsp/wfbp's closed form gains
+# nothing. 512 was no faster in sweep.run, and 2,048 fell off a cliff for
+# ZeRO-3 (0.42 -> 0.15 M/s; layer-wise 0.73 M/s): the best tile depends on
+# the cache.
 TILE = 1024
 
 
