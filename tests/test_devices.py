@@ -78,14 +78,16 @@ def test_bad_cluster_arguments(cli, write_spec, tmp_path):
     assert status == 2 and "--coordinator" in err
 
 
-# 2,048 configurations: two tiles of sweep.engine.evaluate.TILE, sharded.
+# 8,192 configurations: two tiles of sweep.engine.evaluate.CHANNEL_TILE (the
+# contracted program of mgwfbp and fusion), sharded.
 TILED = """
 model = "alexnet"
 batch_size = [8, 16, 32, 64, 128, 256, 512, 1024]
 nodes = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 gpus_per_node = [1, 2, 4, 8]
 strategy = ["mgwfbp", "fusion"]
-inter.bandwidth = [1e9, 1e10]
+inter.bandwidth = [1e9, 1e10, 1e11, 1e12]
+inter.alpha = [1e-6, 1e-5]
 outputs = ["iteration_time", "bottleneck", "d_iteration_time/d_inter.bandwidth"]
 """
 
@@ -93,15 +95,17 @@ outputs = ["iteration_time", "bottleneck", "d_iteration_time/d_inter.bandwidth"]
 def test_tiled_chunks_are_identical_when_sharded(tmp_path):
     """Chunks a multiple of the tile run tile by tile, the tiles interleaved
     so that each stays sharded: 1 and 4 devices give the same cube."""
+    from sweep.engine.evaluate import CHANNEL_TILE
+
     (tmp_path / "spec.toml").write_text(TILED)
     cubes = []
     for name, devices in (("one", 1), ("four", 4)):
         cmd, env, out = run(tmp_path, name, devices)
-        cmd[cmd.index("--chunk") + 1] = "2048"
+        cmd[cmd.index("--chunk") + 1] = str(2 * CHANNEL_TILE)
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         cubes.append(xr.open_dataset(out, engine="h5netcdf").load())
-    assert cubes[0].sizes["nodes"] * cubes[0].sizes["batch_size"] * 16 == 2048
+    assert cubes[0].sizes["nodes"] * cubes[0].sizes["batch_size"] * 64 == 2 * CHANNEL_TILE
     xr.testing.assert_identical(cubes[0].drop_attrs(), cubes[1].drop_attrs())
 
 

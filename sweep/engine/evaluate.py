@@ -85,7 +85,7 @@ def _primary_kernel(dag, params, tangents, fixed_buckets):
         return primaries(params)  # the closed form streams well untiled (tiles measured no faster)
     if jax.default_backend() != "cpu":
         return primaries(params)  # a GPU wants the whole chunk: one tile could not fill it (not measured)
-    return by_tiles(primaries, params, TILE)
+    return by_tiles(primaries, params, CHANNEL_TILE if dag.mode == "contracted" else TILE)
 
 
 def _primaries(dag, params, tangents, fixed_buckets):
@@ -114,6 +114,13 @@ def _primaries(dag, params, tangents, fixed_buckets):
 # ZeRO-3 (0.42 -> 0.15 M/s; layer-wise 0.73 M/s): the best tile depends on
 # the cache.
 TILE = 1024
+# The contracted program's channel scan (mgwfbp, fusion, mixed strategies)
+# carries a few [tile] values through ~160 steps: larger tiles amortise each
+# step's overhead. resnet50/mgwfbp sweep.run on 2**20, one device, EPYC,
+# alternating: 1,024 -> 7.9 / 7.5 M/s, 4,096 -> 10.2 / 9.2 M/s (two
+# devices: 10.6 / 10.2 against 10.2 / 11.5, level); the whole 2**16 chunk
+# was slower again (kernel 9.1 against 12.6 M/s at 4,096 and 8,192).
+CHANNEL_TILE = 4096
 
 
 def by_tiles(fn, params, tile: int):
