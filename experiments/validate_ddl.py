@@ -23,9 +23,10 @@ How the seven methods map onto the model (`scenario_keys`):
 The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `rhd`:
 a log-depth latency term (NCCL runs trees for small tensors) with the
 bandwidth term of a ring; the inter link's latency per step grows with the
-process count as NCCL's tree's inter-node steps do (`TREE_ALPHA_EXPONENT`). On one node the PS methods are modelled as a local
-all-reduce: the measurements show no network cost there (BSP-PS is within
-6 % of BSP-A2A on 4 GPUs for every model). Every row's compute comes from
+process count as NCCL's tree's inter-node steps do (`TREE_ALPHA_EXPONENT`).
+On one node the PS methods are modelled as a local all-reduce: the
+measurements show no network cost there (BSP-PS is within 6 % of BSP-A2A on
+4 GPUs for every model). Every row's compute comes from
 the measured single-GPU throughput (`compute.measured_throughput`, the
 1-GPU rows); GPUs are RTX 2080 Ti, links start from the catalog's pcie3 and
 10gbe. The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link

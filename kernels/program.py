@@ -255,20 +255,11 @@ def _needed_rows(program, keep) -> list[set[int]]:
     return needed
 
 
-def _enabled(switch, ctx: Context, sent):
-    """Whether an edge with this switch is on: True, or a [C] bool."""
-    if switch == 0:
-        return jnp.asarray(True)
-    if switch == NO_PREFETCH:
-        return ctx.prefetch <= 0
-    rule, ref = switch_rule(switch)
-    sends = sent[ref] > 0
-    return sends if rule == IF_SENDS else ~sends
-
-
 def _enabled_rows(switches, ctx: Context, sent):
-    """`_enabled` of each switch, stacked ([m, C] or [m, 1] bool): the slots
-    the switches look at are read in one gather."""
+    """Whether each edge with these switches is on, stacked ([m, C] or
+    [m, 1] bool): always (0), without input prefetch (NO_PREFETCH), or as
+    the policy slot it names sent (IF_SENDS) or held (IF_HOLDS) its bucket;
+    the slots are read in one gather."""
     switches = list(switches)
     out = jnp.ones((len(switches), 1), bool)
     by_slot = np.array([switch >= 2 for switch in switches])
@@ -286,7 +277,7 @@ def _enabled_rows(switches, ctx: Context, sent):
 
 
 def _gate(switch, value, ctx: Context, sent):
-    return value if switch == 0 else jnp.where(_enabled(switch, ctx, sent), value, NEG)
+    return value if switch == 0 else jnp.where(_enabled_rows([switch], ctx, sent)[0], value, NEG)
 
 
 def _combine(values, temperature):

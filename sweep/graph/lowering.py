@@ -10,8 +10,8 @@ running maximum over the whole run at once,
 
 instead of one step per task. A run of consecutive tasks on no resource
 that do not wait for one another (the layer-wise updates) is one `map`
-segment, f_i = r_i + d_i for all at once. The slots of a channel that forms buckets are
-one `policy` segment, evaluated by one scan (`kernels.channel`); the stages
+segment, f_i = r_i + d_i for all at once. The slots of a channel that forms
+buckets are one `policy` segment, evaluated by one scan (`kernels.channel`); the stages
 that carry those buckets on (`follow`) are chains whose costs come from the
 bytes their slot sent.
 
@@ -216,7 +216,8 @@ def _program(dag: Dag, ids) -> Program:
             for i, t in enumerate(group):
                 where[row_of[t]] = (g, i)
             continue
-        kind = {"policy": "policy", "follow": "follow"}.get(first.policy, "map" if _independent(dag, group) else "chain")
+        unqueued = len(group) > 1 and _unqueued(first)  # several tasks, none waiting for another
+        kind = {"policy": "policy", "follow": "follow"}.get(first.policy, "map" if unqueued else "chain")
         members = set(group)
         inputs, gates = [], []
         for i, t in enumerate(group):
@@ -362,10 +363,10 @@ def _scan_segment(dag: Dag, group, preds, row_of, read_outside) -> ScanSegment:
         iteration=tasks[0].iteration)
 
 
-def _independent(dag: Dag, group) -> bool:
-    """A run of several tasks on no resource (not joins): none waits for another."""
-    first = dag.tasks[group[0]]
-    return len(group) > 1 and first.resource is None and first.kind != "join"
+def _unqueued(task) -> bool:
+    """A task on no resource that is not a join: nothing orders it after its
+    neighbours, so a run of them forms a map (`_continues`)."""
+    return task.resource is None and task.kind != "join"
 
 
 def _continues(dag: Dag, group, task, task_preds) -> bool:
@@ -378,9 +379,7 @@ def _continues(dag: Dag, group, task, task_preds) -> bool:
     if not same or task.id != last.id + 1 or task.kind == "exit":
         return False
     sources = {src for src, _ in task_preds}
-    if task.resource is None and task.kind != "join":
-        # Tasks on no resource run side by side: a run of them that do not
-        # wait for one another is one "map" segment (layer-wise updates).
+    if _unqueued(task):  # side by side: a run that waits for none of its own tasks is one map
         return not (sources & set(group))
     if last.id not in sources:
         return False
