@@ -34,7 +34,6 @@ Writes table.md and scores.csv (`--knob tail`: table_tail.md, scores_tail.csv).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import tempfile
@@ -78,11 +77,9 @@ def geometric_mean(x) -> float:
 
 
 def main(argv=None) -> int:
-    chooser = argparse.ArgumentParser(prog="experiments/choose_prior.py", add_help=False)
-    chooser.add_argument("--knob", choices=tuple(GRIDS), default="prior")
-    known, argv = chooser.parse_known_args(argv)
-    knob = known.knob
-    args = study_arguments("choose_prior", __doc__.splitlines()[0], argv)
+    args = study_arguments("choose_prior", __doc__.splitlines()[0], argv, extra=lambda parser: parser.add_argument(
+        "--knob", choices=tuple(GRIDS), default="prior", help="the fit option to choose (default: prior)"))
+    knob = args.knob
     require_data("choose_prior", OSU)
     started = time.perf_counter()
     values = (QUICK_GRIDS if args.quick else GRIDS)[knob]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sweep.atomic import write_atomically
@@ -55,9 +55,13 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def study_arguments(name: str, description: str, argv: Sequence[str] | None) -> argparse.Namespace:
-    """`--quick` and `--out DIR` (default experiments/results/NAME/, created)."""
+def study_arguments(name: str, description: str, argv: Sequence[str] | None,
+                    extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """`--quick` and `--out DIR` (default experiments/results/NAME/, created),
+    and whatever `extra` adds to the parser (a study's own flags)."""
     parser = argparse.ArgumentParser(prog=f"experiments/{name}.py", description=description)
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--quick", action="store_true",
                         help="a small grid that runs in seconds (used by the tests)")
     default = Path(__file__).resolve().parents[2] / "experiments" / "results" / name
