@@ -10,7 +10,10 @@ length 64, PyTorch on 1 to 32 GPUs, 4 GPUs per node on PCIe 3.0, nodes on
 How the seven methods map onto the model (`scenario_keys`):
   BSP-A2A            strategy bsp     all-reduce after the backward pass
   WFBP-A2A           strategy wfbp    one all-reduce per tensor (Horovod, threshold 0)
-  MG-WFBP            strategy mgwfbp  the model's own merged-gradient rule
+  MG-WFBP            strategy mgwfbp  the merged-gradient rule, its buckets planned as its
+                                      code plans them (`MGWFBP_PLANNER`: its own alpha-beta
+                                      table by process count, tensors under 8,192
+                                      parameters merged)
   ByteScheduler-A2A  strategy wfbp    per tensor, as WFBP-A2A (tasks a and b), or
                                       strategy priority, update layerwise: ByteScheduler's
                                       partitions (its default 1,000,000 parameters, 4 MB),
@@ -64,6 +67,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
+import re
 import sys
 import tempfile
 import time
@@ -95,8 +100,25 @@ METHODS = {  # method -> (strategy, family)
     "ByteScheduler-A2A": ("wfbp", "a2a"), "BSP-PS": ("bsp", "ps"), "WFBP-PS": ("wfbp", "ps"),
     "ByteScheduler-PS": ("wfbp", "ps"),
 }
+# MG-WFBP as the measured code plans it (ddl-benchmarks, mgwfbp/hv_distributed_optimizer.py,
+# `_generate_groups_mgwfbp`, with layer-wise times given, as its imagenet and bert benchmarks do):
+# its own all-reduce model alpha + beta * bytes from a table by process count, and tensors of
+# under 8,192 parameters always merged. Its launcher (mgwfbp/horovod_mpi_cj.sh) takes the 10GbE
+# table on 10GbE and passes --rdma, the InfiniBand table, on the 100 Gb fabric (RDMA or TCP).
+MGWFBP_PLANNER = {  # workers -> (alpha [s], beta [s/byte])
+    "10gbe": {2: (2.554691138304671e-06, 9.837548167872609e-11), 4: (4.204298980348825e-05, 2.0589360830118177e-10),
+              8: (5.230272768511732e-04, 8.570746975492128e-10), 16: (9.080981007148093e-04, 7.395651186836712e-10),
+              32: (3 * 1.3476410788581382e-03, 8.643300782166769e-10),
+              64: (3 * 2.3476410788581382e-03, 9.643300782166769e-10)},
+    "ib": {2: (2.554691138304671e-06, 9.837548167872609e-11), 4: (4.204298980348825e-05, 2.0589360830118177e-10),
+           8: (9.75367204301171e-05, 3.0568230536676206e-10), 16: (3 * 2.3583677659915685e-04, 4.0594787739537565e-10),
+           32: (4.0632079996292579e-04, 1.5 * 3.2713239529771973e-10),
+           64: (8.0632079996292579e-04, 1.8 * 3.2713239529771973e-10)},
+}
+MGWFBP_MIN_PARAMS = 8192
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "update", "compute.measured_throughput", "throughput")
+           "ps.pipelined", "update", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params",
+           "compute.measured_throughput", "throughput")
 BYTESCHEDULER = ("ByteScheduler-A2A", "ByteScheduler-PS")
 FULL = FitOptions()
 QUICK = FitOptions(starts=2, steps=300, polish=100)
@@ -130,7 +152,21 @@ def scenario_keys(record: dict, single: dict[str, float], priority: bool = False
             "compute.measured_throughput": single[record["dnn"]]}
     if family == "ps" and record["nodes"] > 1:
         keys.update({"algorithm": "ps", "ps.pipelined": "true"})
+    keys.update({"mgwfbp.alpha": "", "mgwfbp.bandwidth": "", "mgwfbp.min_params": ""})
+    if strategy == "mgwfbp":
+        alpha, beta = mgwfbp_planner(record["network"], record["gpus"])
+        keys.update({"mgwfbp.alpha": alpha, "mgwfbp.bandwidth": 1.0 / beta, "mgwfbp.min_params": MGWFBP_MIN_PARAMS})
     return keys
+
+
+def mgwfbp_planner(network: str, workers: int) -> tuple[float, float]:
+    """(alpha, beta) of MG-WFBP's own all-reduce model for `workers` processes:
+    its 10GbE table when the network's name says 10GbE, else (the faster
+    fabric) its InfiniBand table; a count the table lacks takes the nearest
+    one (in log)."""
+    table = MGWFBP_PLANNER["10gbe" if "10gbe" in re.sub(r"[^a-z0-9]", "", network.lower()) else "ib"]
+    nearest = min(table, key=lambda p: abs(math.log(p / workers)))
+    return table[nearest]
 
 
 def write_rows(path: Path, records: list[dict], single: dict, measured: bool, priority: bool = False) -> Path:

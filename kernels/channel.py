@@ -10,6 +10,13 @@ is sent now (DESIGN 2.3):
           2019): merge when the bucket's all-reduce could not start before the
           next gradient is ready, or when the wait for it is shorter than the
           startup latency a merge saves.
+With a `Planner`, mgwfbp decides as its implementation does (ddl-benchmarks,
+mgwfbp/hv_distributed_optimizer.py): the buckets are planned before training
+by simulating the channel with the planner's own all-reduce model, alpha +
+per_byte * bytes (a table per process count there, not the link's true
+cost), and a bucket of fewer than `min_bytes` is never sent alone (that code
+merges tensors of under 8,192 parameters); the planned buckets then run on
+the true link. The planner's channel is a second clock in the same scan.
 A sent bucket starts when both it and the channel are ready and lasts
 `kernels.collectives.piecewise_time` of its bytes: latency + per_byte * bytes,
 plus the protocol steps of the link model when given. `kernels.program`
@@ -22,6 +29,8 @@ sweep passes per-slot constants and per-configuration scale factors.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -30,8 +39,19 @@ from kernels.collectives import piecewise_time
 from kernels.smooth import maximum
 
 
+class Planner(NamedTuple):
+    """How mgwfbp plans its buckets, per configuration ([C] or scalars):
+    the planner's all-reduce model `alpha` + `per_byte` * bytes (alpha NaN:
+    plan with the true cost, as without a planner), and the fewest bytes a
+    bucket is sent with (`min_bytes`, 0: any)."""
+    alpha: jax.Array
+    per_byte: jax.Array
+    min_bytes: jax.Array
+
+
 def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=1.0, bytes_scale=1.0,
-                   want_slots=False, want_sent=False, temperature=None, width=None, fixed_buckets=False):
+                   want_slots=False, want_sent=False, temperature=None, width=None, fixed_buckets=False,
+                   planner: Planner | None = None):
     """(finish [S, C] or None, sent [S, C] or None, channel finish [C], busy time [C]).
 
     `slot_bytes` [S, 1] or [S, C] and `ready` [S, 1] or [S, C] are each
@@ -44,6 +64,8 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     that sends it, 0 elsewhere. With `fixed_buckets` (a static promise that
     every strategy is bsp or wfbp, whose buckets do not depend on timing)
     and only the channel finish wanted, the channel has a closed form.
+    `planner`: mgwfbp's buckets as its implementation plans them (module
+    docstring); its decisions are discrete and carry no gradient.
     """
     latency, per_byte, steps = cost
     if fixed_buckets and steps is None and temperature is None and not (want_slots or want_sent):
@@ -53,7 +75,8 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     shape = jnp.broadcast_shapes(slot_bytes.shape[1:], ready.shape[1:], jnp.shape(latency),
                                  jnp.shape(strategy), jnp.shape(bytes_scale), jnp.shape(ready_scale),
                                  jnp.shape(per_byte), jnp.shape(threshold),
-                                 jnp.shape(steps.breaks)[1:] if steps is not None else ())
+                                 jnp.shape(steps.breaks)[1:] if steps is not None else (),
+                                 *(jnp.shape(x) for x in (planner or ())))
     dtype = jnp.result_type(slot_bytes, ready, latency)
     next_ready = jnp.concatenate([ready[1:], ready[-1:]], axis=0)
     is_last = jnp.arange(num_slots) == num_slots - 1
@@ -67,23 +90,42 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     # mgwfbp sends when the next gradient's wait w is >= latency and w > 0; the
     # smallest normal number stands in for "> 0" when the latency is zero.
     tiny = jnp.array(jnp.finfo(dtype).tiny, dtype)
-    wait_threshold = jnp.where(strategy == MGWFBP, jnp.maximum(latency, tiny), inf)
+    is_mgwfbp = strategy == MGWFBP
+    if planner is None:
+        wait_threshold = jnp.where(is_mgwfbp, jnp.maximum(latency, tiny), inf)
+    else:
+        planned = ~jnp.isnan(planner.alpha)  # else the planner's clock is the true one
+        plan_alpha = jax.lax.stop_gradient(jnp.where(planned, planner.alpha, 0.0))
+        plan_per_byte = jax.lax.stop_gradient(jnp.where(planned, planner.per_byte, 0.0))
+        wait_threshold = jnp.where(is_mgwfbp, jnp.maximum(jnp.where(planned, plan_alpha, latency), tiny), inf)
+        min_bytes = jnp.where(is_mgwfbp, planner.min_bytes, 0.0)
     # bsp is the case where none of the three fires: only the last slot sends.
 
     def step(carry, xs):
-        held, free, busy = carry
+        held, free, busy, *plan = carry  # plan: the planner's channel free time, with a planner
         add, ready_now, ready_next, last = xs
         held = held + add * bytes_scale
         start = maximum(ready_now * ready_scale, free, temperature)
-        send = (always | last) | (held >= fill_threshold) | (ready_next * ready_scale - start >= wait_threshold)
+        if planner is None:
+            wait_ok = ready_next * ready_scale - start >= wait_threshold
+        else:
+            now, nxt = jax.lax.stop_gradient(ready_now * ready_scale), jax.lax.stop_gradient(ready_next * ready_scale)
+            plan_start = jnp.where(planned, jnp.maximum(now, plan[0]), jax.lax.stop_gradient(start))
+            wait_ok = (nxt - plan_start >= wait_threshold) & (jax.lax.stop_gradient(held) >= min_bytes)
+        send = (always | last) | (held >= fill_threshold) | wait_ok
         duration = jnp.where(send & (held > 0), piecewise_time(held, latency, per_byte, steps, width), 0.0)
         sent = jnp.where(send, held, 0.0)
         finish = start + duration
-        return (held - sent, finish, busy + duration), (finish if want_slots else None, sent if want_sent else None)
+        if planner is not None:
+            plan = [jax.lax.stop_gradient(plan_start + jnp.where(send & (held > 0),
+                                                                 plan_alpha + plan_per_byte * held, 0.0))]
+        return (held - sent, finish, busy + duration, *plan), (finish if want_slots else None,
+                                                               sent if want_sent else None)
 
     zeros = jnp.zeros(shape, dtype)
-    (_, last, busy), (finish, sent) = jax.lax.scan(step, (zeros, jnp.full(shape, -inf), zeros),
-                                                   (slot_bytes, ready, next_ready, is_last))
+    plan = (jnp.full(shape, -inf, dtype),) if planner is not None else ()
+    (_, last, busy, *_), (finish, sent) = jax.lax.scan(step, (zeros, jnp.full(shape, -inf), zeros, *plan),
+                                                       (slot_bytes, ready, next_ready, is_last))
     return finish, sent, last, busy
 
 

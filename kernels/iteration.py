@@ -18,6 +18,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.channel import Planner
 from kernels.collectives import stage_costs
 from kernels.compute import compute_profile, input_times
 from kernels.memory import activation_bytes, model_state_bytes
@@ -60,8 +61,20 @@ def context(dag, p, fixed_buckets=False, free=False) -> Context:
     temperature, width = p.max_temperature, p.switch_width
     return Context(compute=compute, comm=stage_costs(p), grad_bytes=p.grad_bytes, strategy=p.strategy,
                    threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
-                   credit=p.credit_bytes, fixed_buckets=fixed_buckets, free=free,
+                   credit=p.credit_bytes, planner=planner(p), fixed_buckets=fixed_buckets, free=free,
                    partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps)
+
+
+def planner(p: Params) -> Planner | None:
+    """mgwfbp's planner (`kernels.channel.Planner`) when `p` sets one of its
+    fields, else None (buckets planned with the true costs)."""
+    if p.mgwfbp_alpha is None and p.mgwfbp_min_params is None:
+        return None
+    nan = jnp.full_like(p.grad_bytes, jnp.nan)
+    alpha = nan if p.mgwfbp_alpha is None else p.mgwfbp_alpha
+    per_byte = nan if p.mgwfbp_bandwidth is None else 1.0 / p.mgwfbp_bandwidth
+    min_params = 0.0 if p.mgwfbp_min_params is None else p.mgwfbp_min_params
+    return Planner(alpha, per_byte, min_params * p.grad_bytes)
 
 
 def iteration_time(lowered, ctx: Context, work_override=None):

@@ -7,7 +7,7 @@ unless a scenario (or a fit) sets them; a None field is an empty pytree
 node, so jit specialises on which are set, and a kernel reading one takes
 the richer model only when it is set: the alpha-beta link unless a link
 extension is given, the sequential parameter server unless `ps_pipelined`,
-hard maxima unless `max_temperature`, hard protocol steps unless
+MG-WFBP planning with the true costs unless `mgwfbp_alpha`, hard maxima unless `max_temperature`, hard protocol steps unless
 `switch_width`.
 
 Scenario keys map onto these fields in one table
@@ -92,6 +92,11 @@ class Params(Mapping):
     intra_line_rate: Array | None = None
     inter_line_rate: Array | None = None
     ps_pipelined: Array | None = None  # 1: partitions stream through both ps phases (BytePS)
+    # mgwfbp as implemented (`kernels.channel`): the planner's all-reduce model (NaN alpha: the link's own
+    # cost), and the fewest parameters a bucket is sent with
+    mgwfbp_alpha: Array | None = None  # s
+    mgwfbp_bandwidth: Array | None = None  # bytes/s
+    mgwfbp_min_params: Array | None = None  # parameters
     # fitting only: smooth-max temperature [s], smooth protocol steps [ln bytes]
     max_temperature: Array | None = None
     switch_width: Array | None = None

@@ -45,7 +45,7 @@ def _row(x):
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["compute", "comm", "grad_bytes", "strategy", "threshold", "prefetch", "temperature",
-                                "width", "credit"], meta_fields=["fixed_buckets", "free", "partition_bytes",
+                                "width", "credit", "planner"], meta_fields=["fixed_buckets", "free", "partition_bytes",
                                                                  "priority_steps"])
 @dataclasses.dataclass(frozen=True)
 class Context:
@@ -60,6 +60,7 @@ class Context:
     temperature: Any = None
     width: Any = None
     credit: Any = None  # [C] bytes: the priority channel's credit
+    planner: Any = None  # kernels.channel.Planner: mgwfbp's buckets as its implementation plans them
     fixed_buckets: bool = False
     free: bool = False  # communication costs nothing (the single-GPU reference)
     partition_bytes: float = 4_000_000.0  # the priority channel's largest partition
@@ -431,7 +432,7 @@ def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
     finish, seg_sent, last, busy = policy_channel(
         ctx.strategy, ctx.threshold, jnp.asarray(seg.coef[:, None], dtype), ready, cost, ready_scale=ready_scale,
         bytes_scale=ctx.grad_bytes, want_slots=want_slots, want_sent=want_sent,
-        temperature=ctx.temperature, width=ctx.width, fixed_buckets=ctx.fixed_buckets)
+        temperature=ctx.temperature, width=ctx.width, fixed_buckets=ctx.fixed_buckets, planner=ctx.planner)
     d = None
     if want_all:
         d = jnp.where(seg_sent > 0, piecewise_time(seg_sent, *cost, width=ctx.width), 0.0)

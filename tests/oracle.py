@@ -17,12 +17,15 @@ TINY32 = np.finfo(np.float32).tiny
 
 
 def simulate(dag: Dag, units: dict, comm: dict, grad_bytes: float, strategy: str, threshold: float,
-             prefetch: bool, free: bool = False, tiny: float = np.finfo(np.float64).tiny):
+             prefetch: bool, free: bool = False, tiny: float = np.finfo(np.float64).tiny, planner=None):
     """(finish [T], duration [T], sent {policy task id: bytes}).
 
     `units[cost]` is seconds per unit of a compute cost row, `comm[cost]`
     (latency, per_byte) of a collective row; `free` makes every collective
-    cost nothing."""
+    cost nothing. `planner` (alpha, per_byte, min_bytes): mgwfbp decides its
+    buckets on a channel of its own that costs alpha + per_byte * bytes per
+    bucket (alpha None: the true channel), and never sends a bucket of fewer
+    than min_bytes but at the last slot."""
     preds = dag.predecessors()
     finish = np.zeros(len(dag.tasks))
     duration = np.zeros(len(dag.tasks))
@@ -43,6 +46,7 @@ def simulate(dag: Dag, units: dict, comm: dict, grad_bytes: float, strategy: str
         latency, per_byte = comm[name]
         return latency + per_byte * nbytes
 
+    plan_free: dict[tuple, float] = {}  # the planner's channel: when it is free
     policy_slots = {}
     for t in dag.tasks:
         if t.policy == "policy":
@@ -62,9 +66,16 @@ def simulate(dag: Dag, units: dict, comm: dict, grad_bytes: float, strategy: str
             last = position == len(slots) - 1
             latency = 0.0 if free else comm[t.cost][0]
             send = (last or strategy == "wfbp" or (strategy == "fusion" and bucket >= threshold))
+            plan_alpha, plan_start = latency, start
+            if planner is not None and planner[0] is not None:
+                plan_alpha = planner[0]
+                plan_start = max(ready_of(t.id), plan_free.get(key, -np.inf))
             if strategy == "mgwfbp" and not last:
-                wait = ready_of(slots[position + 1]) - start
-                send = send or wait >= max(latency, tiny)
+                wait = ready_of(slots[position + 1]) - plan_start
+                big_enough = planner is None or bucket >= planner[2]
+                send = send or (wait >= max(plan_alpha, tiny) and big_enough)
+            if planner is not None and planner[0] is not None:
+                plan_free[key] = plan_start + (planner[0] + planner[1] * bucket if send and bucket > 0 else 0.0)
             sent[t.id] = bucket if send else 0.0
             held[key] = 0.0 if send else bucket
             d = cost_of(t.cost, sent[t.id])

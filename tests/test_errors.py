@@ -34,6 +34,11 @@ BAD = {
     "seq_len too long": ('model = "bert_base"\nbatch_size = 8\nseq_len = 4096\n', "seq_len", "4096"),
     "unknown output": ('model = "resnet50"\nbatch_size = 32\noutputs = ["latency"]\n', "outputs", "latency"),
     "repeated axis value": ('model = "resnet50"\nbatch_size = [32, 32]\n', "batch_size", "32"),
+    # MG-WFBP's planner: an alpha-beta pair, both or neither.
+    "planner alpha alone": ('model = "resnet50"\nbatch_size = 32\nstrategy = "mgwfbp"\n[mgwfbp]\nalpha = 5e-4\n',
+                            "mgwfbp.alpha", "0.0005"),
+    "negative planner floor": ('model = "resnet50"\nbatch_size = 32\n[mgwfbp]\nmin_params = -1\n',
+                               "mgwfbp.min_params", "-1"),
     # The DAG shape keys of DESIGN 2.5.
     "unknown update": ('model = "resnet50"\nbatch_size = 32\nupdate = "eager"\n', "update", "eager"),
     "zero stage 4": ('model = "resnet50"\nbatch_size = 32\nzero = 4\n', "zero", "4"),

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from kernels.channel import Planner
 from kernels.codes import FIFO_STRATEGIES as STRATEGIES
 from kernels.collectives import CollectiveCost
 from kernels.iteration import context, iteration_outputs, lowered_schedule
@@ -79,6 +80,49 @@ def test_program_matches_the_oracle(shape):
             assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
             np.testing.assert_allclose(np.asarray(got_finish)[:, 0], finish, rtol=1e-12, atol=1e-12)
             assert {k: float(v[0]) for k, v in got_sent.items()} == pytest.approx(sent)
+
+
+@pytest.mark.parametrize("shape", [Shape(), Shape(update="layerwise"), Shape(pipelined=True)], ids=str)
+def test_mgwfbp_planned_with_its_own_model_matches_the_oracle(shape):
+    """MG-WFBP as implemented: buckets planned on the planner's channel
+    (its own alpha-beta model, a floor on bucket size), run on the true one;
+    also the floor alone (alpha NaN: planned with the true costs)."""
+    params, forward, backward = small_model(4)
+    compiled = compile_model(params, forward, 4, shape, backward)
+    rng = np.random.default_rng(5)
+    merged = []
+    for trial in range(8):
+        units, comm, threshold, prefetch = random_costs(rng)
+        alpha = None if trial % 4 == 3 else rng.uniform(0, 4)
+        planner = (alpha, rng.uniform(0, 2e-6), rng.choice([0.0, rng.uniform(1e6, 3e7)]))
+        finish, _, sent = simulate(compiled.dag, units, comm, 4.0, "mgwfbp", threshold, prefetch, planner=planner)
+        one = lambda x: jnp.array([x], jnp.float64)  # noqa: E731
+        ctx = dataclasses.replace(make_context(units, comm, threshold, prefetch, "mgwfbp"),
+                                  planner=Planner(one(np.nan if alpha is None else alpha), one(planner[1]),
+                                                  one(planner[2])))
+        t, _ = iteration_time(compiled.lowered, ctx)
+        got_finish, _, got_sent, _ = lowered_schedule(compiled.lowered, ctx)
+        assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
+        np.testing.assert_allclose(np.asarray(got_finish)[:, 0], finish, rtol=1e-12, atol=1e-12)
+        assert {k: float(v[0]) for k, v in got_sent.items()} == pytest.approx(sent)
+        merged.append(sum(v > 0 for v in sent.values()))
+    assert len(set(merged)) > 1  # the planners chose different buckets
+
+
+def test_mgwfbp_planner_bounds_bsp_and_its_own_rule():
+    """A planner that thinks every all-reduce costs an hour merges every
+    gradient into one bucket: bsp exactly; one that prices them as the true
+    link, with no floor, plans what the plain rule plans."""
+    import sweep
+    base = {"model": "resnet50", "batch_size": 32, "nodes": [1, 2, 8], "gpus_per_node": 4, "strategy": "mgwfbp",
+            "outputs": ["iteration_time"]}
+    plain = sweep.run(sweep.load_spec(base))["iteration_time"].values
+    bsp = sweep.run(sweep.load_spec({**base, "strategy": "bsp"}))["iteration_time"].values
+    slow = sweep.run(sweep.load_spec({**base, "mgwfbp": {"alpha": 3600.0, "bandwidth": 1.0}}))["iteration_time"]
+    np.testing.assert_array_equal(slow.values, bsp)
+    floor = sweep.run(sweep.load_spec({**base, "mgwfbp": {"min_params": 0}}))["iteration_time"].values
+    np.testing.assert_array_equal(floor, plain)
+    assert not np.array_equal(bsp, plain)
 
 
 def test_lowering_modes():

@@ -53,6 +53,25 @@ def test_every_row_maps_to_a_valid_scenario():
         load_spec({k: (True if v == "true" else v) for k, v in keys.items() if v != ""})
 
 
+def test_mgwfbp_rows_plan_with_the_codes_own_table():
+    """MG-WFBP's planner: the 10GbE table on 10GbE (0.52 ms at 8 processes,
+    the published constant), the InfiniBand one on any other network, the
+    nearest count in log where the table has none; other methods unplanned."""
+    vd = module()
+    record = {"dnn": "resnet50", "batch_size": "64", "seq_len": "", "network": "10gbe-tcp", "method": "MG-WFBP",
+              "gpus": 8, "nodes": 2, "gpus_per_node": 4}
+    keys = vd.scenario_keys(record, {"resnet50": 253.1})
+    assert keys["mgwfbp.alpha"] == pytest.approx(5.230272768511732e-04)
+    assert keys["mgwfbp.bandwidth"] == pytest.approx(1 / 8.570746975492128e-10)
+    assert keys["mgwfbp.min_params"] == 8192
+    load_spec({k: v for k, v in keys.items() if v != ""})
+    assert vd.mgwfbp_planner("100Gb-IB-RDMA", 8) == vd.MGWFBP_PLANNER["ib"][8]
+    assert vd.mgwfbp_planner("100GbE", 8) == vd.MGWFBP_PLANNER["ib"][8]  # not 10GbE
+    assert vd.mgwfbp_planner("10GbE", 12) == vd.MGWFBP_PLANNER["10gbe"][16]  # 12/8 > 16/12
+    wfbp = vd.scenario_keys({**record, "method": "WFBP-A2A"}, {"resnet50": 253.1})
+    assert wfbp["mgwfbp.alpha"] == wfbp["mgwfbp.bandwidth"] == wfbp["mgwfbp.min_params"] == ""
+
+
 @needs_data
 def test_naive_baselines():
     vd = module()

@@ -125,6 +125,9 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
                 p[f"{table}_{field}"] = get(f"{table}.{field}")
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
+    for key in ("mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params"):  # only when set: mgwfbp as planned
+        if key in columns:
+            p[key.replace(".", "_")] = get(key)
     # The link model's extensions only when a scenario sets one: without them the
     # kernels take the affine alpha-beta cost, and the channel scan stays lean.
     if any(f"{table}.{field}" in columns for table in ("intra", "inter") for field in LINK_FIELDS[2:]):

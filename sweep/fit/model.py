@@ -152,9 +152,13 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
     for key, members in buckets.items():
         rows_here = [observations[i][0] for i in members]
         per_row = [row_params(r.point, extended) for r in rows_here]
-        if any("ps_pipelined" in q for q in per_row):  # set in some rows only: the others are sequential
-            for q in per_row:
-                q.setdefault("ps_pipelined", np.zeros(1))
+        # Optional fields set in some rows only: the others get the value that means "unset"
+        # (sequential ps; mgwfbp planned with the true costs, no floor).
+        for name, unset in (("ps_pipelined", 0.0), ("mgwfbp_alpha", np.nan), ("mgwfbp_bandwidth", np.nan),
+                            ("mgwfbp_min_params", 0.0)):
+            if any(name in q for q in per_row):
+                for q in per_row:
+                    q.setdefault(name, np.full(1, unset))
         names = per_row[0].keys()
         params = {n: np.concatenate([p[n] for p in per_row]).astype(np.float64) for n in names}
         for name in CODES:

@@ -117,6 +117,14 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("strategy", str, None, "", "gradient communication strategy", choices=lambda: STRATEGIES),
     Key("algorithm", str, None, "", "all-reduce algorithm", choices=lambda: ALGORITHMS),
     Key("bucket_bytes", int, None, "bytes", "fusion bucket size", positive=True, maximum=MAX_BYTES),
+    # MG-WFBP as implemented (ddl-benchmarks mgwfbp/hv_distributed_optimizer.py): its buckets are
+    # planned before training with the implementation's own all-reduce model, alpha + bytes / bandwidth,
+    # and tensors smaller than a floor always merge into the next (kernels.channel).
+    _latency("mgwfbp.alpha", "mgwfbp: latency of the planner's all-reduce model (unset: the link's own cost)"),
+    _bandwidth("mgwfbp.bandwidth", "bytes/s", "mgwfbp: bandwidth of the planner's all-reduce model (with mgwfbp.alpha)"),
+    Key("mgwfbp.min_params", float, None, "parameters",
+        "mgwfbp: a bucket holding fewer parameters than this is never sent alone (unset: 0)", minimum=0.0,
+        maximum=EXACT_INT),
     # ByteScheduler's defaults (its ByteCore: BYTESCHEDULER_PARTITION = 1,000,000 and
     # BYTESCHEDULER_CREDIT = 4,000,000 parameters, float32).
     Key("partition_bytes", int, DEFAULT_PARTITION_BYTES, "bytes", "priority strategy: largest partition a tensor is cut into",

@@ -151,6 +151,7 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     _check_models(spec)
     _check_traces(spec)
     _check_shapes(spec)
+    _check_mgwfbp_planner(spec)
     return spec
 
 
@@ -390,6 +391,15 @@ def possible_values(spec: Spec, key: str) -> set[str]:
     if spec.given("preset"):
         return {getattr(PRESETS[p], key) for p in spec.values("preset")}
     return {{"strategy": DEFAULT_STRATEGY, "algorithm": DEFAULT_ALGORITHM}[key]}
+
+
+def _check_mgwfbp_planner(spec: Spec) -> None:
+    """MG-WFBP's planner model is an alpha-beta pair: both keys or neither."""
+    alpha, bandwidth = spec.given("mgwfbp.alpha"), spec.given("mgwfbp.bandwidth")
+    if alpha != bandwidth:
+        given, missing = ("mgwfbp.alpha", "mgwfbp.bandwidth") if alpha else ("mgwfbp.bandwidth", "mgwfbp.alpha")
+        raise SpecError(given, spec.fixed.get(given, "(swept)"), f"needs {missing} too: the planner's model is "
+                                                                   "alpha + bytes / bandwidth")
 
 
 def _check_shapes(spec: Spec) -> None:
