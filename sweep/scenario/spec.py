@@ -398,7 +398,7 @@ def _check_mgwfbp_planner(spec: Spec) -> None:
     alpha, bandwidth = spec.given("mgwfbp.alpha"), spec.given("mgwfbp.bandwidth")
     if alpha != bandwidth:
         given, missing = ("mgwfbp.alpha", "mgwfbp.bandwidth") if alpha else ("mgwfbp.bandwidth", "mgwfbp.alpha")
-        raise SpecError(given, spec.fixed.get(given, "(swept)"), f"needs {missing} too: the planner's model is "
+        raise SpecError(given, spec.fixed.get(given, "(swept or sampled)"), f"needs {missing} too: the planner's model is "
                                                                    "alpha + bytes / bandwidth")
 
 
