@@ -121,7 +121,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     # planned before training with the implementation's own all-reduce model, alpha + bytes / bandwidth,
     # and tensors smaller than a floor always merge into the next (kernels.channel).
     _latency("mgwfbp.alpha", "mgwfbp: latency of the planner's all-reduce model (unset: the link's own cost)"),
-    _bandwidth("mgwfbp.bandwidth", "bytes/s", "mgwfbp: bandwidth of the planner's all-reduce model (with mgwfbp.alpha)"),
+    _bandwidth("mgwfbp.bandwidth", "bytes/s",
+               "mgwfbp: bandwidth of the planner's all-reduce model (with mgwfbp.alpha)"),
     Key("mgwfbp.min_params", float, None, "parameters",
         "mgwfbp: a bucket holding fewer parameters than this is never sent alone (unset: 0)", minimum=0.0,
         maximum=EXACT_INT),

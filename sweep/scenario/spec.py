@@ -398,8 +398,8 @@ def _check_mgwfbp_planner(spec: Spec) -> None:
     alpha, bandwidth = spec.given("mgwfbp.alpha"), spec.given("mgwfbp.bandwidth")
     if alpha != bandwidth:
         given, missing = ("mgwfbp.alpha", "mgwfbp.bandwidth") if alpha else ("mgwfbp.bandwidth", "mgwfbp.alpha")
-        raise SpecError(given, spec.fixed.get(given, "(swept or sampled)"), f"needs {missing} too: the planner's model is "
-                                                                   "alpha + bytes / bandwidth")
+        raise SpecError(given, spec.fixed.get(given, "(swept or sampled)"),
+                        f"needs {missing} too: the planner's model is alpha + bytes / bandwidth")
 
 
 def _check_shapes(spec: Spec) -> None:
