@@ -54,7 +54,9 @@ Two tasks, each against a naive baseline computed here:
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
 single-gpu rows give each model's measured throughput); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs, pcie3 and 10gbe
-links, `BASE`), e.g. another GPU and network for another cluster. The folds
+links, `BASE`), e.g. another GPU and network for another cluster; the
+mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
+does not set it (`mapped_base`). The folds
 run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
@@ -179,6 +181,17 @@ def write_rows(path: Path, records: list[dict], single: dict, measured: bool, pr
     return path
 
 
+def mapped_base(base_text: str, path: Path) -> dict:
+    """The fixed keys under every row: the base's, and NCCL's tree latency
+    growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
+    itself. The growth belongs to the mapping of the all-to-all methods, not
+    to one network, so a `--base` for another network gets it too."""
+    path.write_text(base_text)
+    base = read_base(path)
+    base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
+    return base
+
+
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
              data_name: str, priority: bool = False, folds=None, **split) -> dict:
     """One fold of `sweep.validate` (`split`: its make_folds arguments, or
@@ -186,9 +199,7 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     The mapped rows live in a temporary folder: no copy of the data stays."""
     with tempfile.TemporaryDirectory() as folder:
         data = write_rows(Path(folder) / "rows.csv", records, single, measured=True, priority=priority)
-        base_path = Path(folder) / "base.toml"
-        base_path.write_text(base_text)
-        base = read_base(base_path)
+        base = mapped_base(base_text, Path(folder) / "base.toml")
         _, rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
     folds = folds or make_folds(rows, **split)
     assert all(f.train == folds[0].train for f in folds)  # one fit: pool the held-out rows

@@ -53,6 +53,15 @@ def test_every_row_maps_to_a_valid_scenario():
         load_spec({k: (True if v == "true" else v) for k, v in keys.items() if v != ""})
 
 
+def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
+    vd = module()
+    other = vd.mapped_base('gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "100gbe"\n', tmp_path / "a.toml")
+    assert other["inter.alpha_exponent"] == vd.TREE_ALPHA_EXPONENT and other["inter.name"] == "100gbe"
+    own = vd.mapped_base('[inter]\nname = "10gbe"\nalpha_exponent = 0.0\n', tmp_path / "b.toml")
+    assert own["inter.alpha_exponent"] == 0.0
+    assert vd.mapped_base(vd.BASE, tmp_path / "c.toml")["inter.alpha_exponent"] == vd.TREE_ALPHA_EXPONENT
+
+
 def test_mgwfbp_rows_plan_with_the_codes_own_table():
     """MG-WFBP's planner: the 10GbE table on 10GbE (0.52 ms at 8 processes,
     the published constant), the InfiniBand one on any other network, the
