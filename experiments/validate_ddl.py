@@ -127,17 +127,29 @@ QUICK = FitOptions(starts=2, steps=300, polish=100)
 
 
 def load(path: Path) -> tuple[list[dict], dict[str, float]]:
-    """(multi-GPU records, single-GPU throughput per model) from the CSV."""
+    """(multi-GPU records, single-GPU throughput per model) from the CSV; a
+    bad cell exits 2 with one line naming its column, value and line."""
     with open(path, newline="") as handle:
-        records = list(csv.DictReader(handle))
-    single = {r["dnn"]: float(r["throughput"]) for r in records if r["method"] == "single-gpu"}
+        records = [r for r in csv.DictReader(line for line in handle if not line.startswith("#"))]
+    for line, r in enumerate(records, start=2):
+        for column, kind in (("gpus", int), ("nodes", int), ("gpus_per_node", int), ("throughput", float)):
+            try:
+                r[column] = kind(r.get(column))
+            except (TypeError, ValueError):
+                _bad(path, column, r.get(column), f"line {line}: not a number")
+        if r.get("method") not in (*METHODS, "single-gpu"):
+            _bad(path, "method", r.get("method"), f"line {line}: one of {', '.join(METHODS)} or single-gpu")
+    single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
     rows = [r for r in records if r["method"] != "single-gpu"]
     for r in rows:
-        r["gpus"], r["nodes"], r["gpus_per_node"] = int(r["gpus"]), int(r["nodes"]), int(r["gpus_per_node"])
-        r["throughput"] = float(r["throughput"])
-        if r["method"] not in METHODS:
-            raise SystemExit(f"validate_ddl: unknown method {r['method']!r} in {path}")
+        if r["dnn"] not in single:
+            _bad(path, "dnn", r["dnn"], "has no single-gpu row to give its measured throughput")
     return rows, single
+
+
+def _bad(path: Path, column: str, value, reason: str):
+    print(f"validate_ddl: error: {column} = {value!r} in {path}: {reason}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def scenario_keys(record: dict, single: dict[str, float], priority: bool = False) -> dict:

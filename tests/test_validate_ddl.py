@@ -53,6 +53,21 @@ def test_every_row_maps_to_a_valid_scenario():
         load_spec({k: (True if v == "true" else v) for k, v in keys.items() if v != ""})
 
 
+@pytest.mark.parametrize("row, named", [("resnet50,64,,x,WFBP-A3A,8,2,4,1000,", "method = 'WFBP-A3A'"),
+                                         ("resnet50,64,,x,WFBP-A2A,8,2,4,fast,", "throughput = 'fast'"),
+                                         ("bert_base,64,64,x,WFBP-A2A,8,2,4,500,", "dnn = 'bert_base'")])
+def test_bad_data_exits_2_with_one_line(tmp_path, capsys, row, named):
+    vd = module()
+    path = tmp_path / "bad.csv"
+    path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput,throughput_std\n"
+                    "resnet50,64,,x,single-gpu,1,1,1,253.1,\n" + row + "\n")
+    with pytest.raises(SystemExit) as exit_:
+        vd.load(path)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1
+
+
 def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
     vd = module()
     other = vd.mapped_base('gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "100gbe"\n', tmp_path / "a.toml")
