@@ -21,7 +21,9 @@ How the seven methods map onto the model (`scenario_keys`):
                                       next forward pass (task c sets both side by side)
   BSP-PS, WFBP-PS    strategy bsp / wfbp, algorithm ps (BytePS: S = nodes servers
                      on machines of their own) with ps.pipelined, as BytePS streams
-                     tensor partitions through local reduce, push and pull
+                     tensor partitions through local reduce, push and pull; push/pull
+                     at a bandwidth of their own (`ps.bandwidth`, fitted when the
+                     training rows hold multi-node PS rows: `fit_keys`)
   ByteScheduler-PS   as WFBP-PS, or with the priority strategy (task c)
 The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `rhd`:
 a log-depth latency term (NCCL runs trees for small tensors) with the
@@ -97,6 +99,9 @@ BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\nname = "10gbe"\n'
 # "Validation against measurements": what was tried, kept and dropped).
 FIT = ("intra.alpha", "intra.bandwidth", "inter.alpha", "inter.bandwidth",
        "inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth", "intra.overhead", "inter.overhead")
+# BytePS's push/pull need not run at what NCCL reaches on the same link:
+# fitted where PS rows exist (its prior: the inter link's base bandwidth).
+PS_FIT = "ps.bandwidth"
 METHODS = {  # method -> (strategy, family)
     "BSP-A2A": ("bsp", "a2a"), "WFBP-A2A": ("wfbp", "a2a"), "MG-WFBP": ("mgwfbp", "a2a"),
     "ByteScheduler-A2A": ("wfbp", "a2a"), "BSP-PS": ("bsp", "ps"), "WFBP-PS": ("wfbp", "ps"),
@@ -193,6 +198,13 @@ def write_rows(path: Path, records: list[dict], single: dict, measured: bool, pr
     return path
 
 
+def fit_keys(train: list[dict]) -> list[str]:
+    """`FIT`, and the parameter servers' own push/pull bandwidth when the
+    training rows hold a multi-node PS row to tell it (`PS_FIT`)."""
+    has_ps = any(METHODS[r["method"]][1] == "ps" and r["nodes"] > 1 for r in train)
+    return list(FIT) + ([PS_FIT] if has_ps else [])
+
+
 def mapped_base(base_text: str, path: Path) -> dict:
     """The fixed keys under every row: the base's, and NCCL's tree latency
     growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
@@ -218,8 +230,9 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     fold = Fold(folds[0].name if len(folds) == 1 else f"fit {split.get('reference')}, predict the others",
                     folds[0].train, tuple(sorted(i for f in folds for i in f.test)))
     label = f"{data_name}: {fold.name}, mapped by experiments/validate_ddl.py"
-    result = run_fold(rows, fold, list(FIT), base, options, label)
-    doc = fit_document({k: v for k, v in base.items() if k not in FIT}, result.fit, label)
+    fitted = fit_keys([records[i] for i in fold.train])
+    result = run_fold(rows, fold, fitted, base, options, label)
+    doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result.fit, label)
     write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)
     test = [records[i] for i in fold.test]

@@ -32,6 +32,9 @@ steps and volume 2 max(1, n/S) (k = n, chunk M/S). With `ps_pipelined`
 (scenario key `ps.pipelined`, as BytePS streams tensor partitions through
 local reduce, push and pull) the two phases overlap: their latencies add and
 the slower per-byte cost sets the pace, lat_a + lat_b + M max(pb_a, pb_b).
+`ps_bandwidth` (scenario key `ps.bandwidth`), when set, is the push/pull
+phase's bandwidth in every regime: a parameter server's transport need not
+reach what the collective library reaches on the same link.
 
 Physical bounds. Bandwidth never grows with the number of processes: a
 negative `bandwidth_exponent` acts as 0. When `p` carries the links' line
@@ -84,6 +87,8 @@ LINK_FIELDS = ("alpha", "bandwidth", *LINK_FALLBACK)
 #   kernel launch, the TCP stack's per-call work); the flat link's on one
 #   level, the inter link's whenever the collective spans nodes.
 EXTRA_LINK_FIELDS = ("overhead",)
+# The inter link's bandwidths that `ps_bandwidth` (scenario key `ps.bandwidth`) replaces for ps.
+PS_BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
 
 
 class Steps(NamedTuple):
@@ -232,6 +237,9 @@ def _two_phases(p):
                jnp.where(two_level, 2 * (g - 1), flat_steps),
                jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
     is_ps = algorithm == PS
+    if p.ps_bandwidth is not None:  # BytePS's push/pull at a rate of its own (every regime)
+        own = is_ps & (p.ps_bandwidth > 0)
+        inter = {**inter, **{f: jnp.where(own, p.ps_bandwidth, inter[f]) for f in PS_BANDWIDTHS}}
     b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
                jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p.servers), 2 * (n - 1) / n),
                jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p.servers, n), floor_b)

@@ -92,6 +92,7 @@ class Params(Mapping):
     intra_line_rate: Array | None = None
     inter_line_rate: Array | None = None
     ps_pipelined: Array | None = None  # 1: partitions stream through both ps phases (BytePS)
+    ps_bandwidth: Array | None = None  # bytes/s per node of the push/pull phase; <= 0: the inter link's
     # mgwfbp as implemented (`kernels.channel`): the planner's all-reduce model (NaN alpha: the link's own
     # cost), and the fewest parameters a bucket is sent with
     mgwfbp_alpha: Array | None = None  # s

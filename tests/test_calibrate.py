@@ -283,3 +283,34 @@ def test_unreadable_files_exit_2(tmp_path, cli, small_data):
     fit.write_text("[inter]\nalpha = 1e-5\n")
     status, _, err = cli("predict", fit, bad, "-o", tmp_path / "p.csv")
     assert status == 2 and "bad.csv" in err and not (tmp_path / "p.csv").exists()
+
+
+def test_ps_bandwidth_fitted_apart_from_the_collective_one(tmp_path, cli):
+    """Parameter-server rows and all-reduce rows on one link, the push/pull
+    at a rate of its own: a fit of both bandwidths recovers each (1 % noise,
+    the link's start 2x off; the PS bandwidth, unset, starts at the link's)."""
+    truth_keys = {"inter.bandwidth": 1.1e9, "ps.bandwidth": 2.0e9}
+    rng = np.random.default_rng(3)
+    rows = []
+    for algorithm, pipelined in (("rhd", ""), ("ps", "true")):
+        cube = sweep.run({"model": "alexnet", "batch_size": 32, "nodes": [2, 4], "gpus_per_node": [1, 4],
+                          "strategy": "wfbp", "algorithm": algorithm,
+                          "inter": {"bandwidth": truth_keys["inter.bandwidth"]},
+                          "ps": {"bandwidth": truth_keys["ps.bandwidth"], **({"pipelined": True} if pipelined else {})},
+                          "outputs": ["throughput"]})
+        for n in (2, 4):
+            for g in (1, 4):
+                value = float(cube["throughput"].sel(nodes=n, gpus_per_node=g))
+                rows.append([n, g, algorithm, pipelined, value * math.exp(rng.normal(0.0, 0.01))])
+    data = write_csv(tmp_path / "data.csv", ["nodes", "gpus_per_node", "algorithm", "ps.pipelined", "throughput"],
+                     rows)
+    base = tmp_path / "base.toml"
+    base.write_text('model = "alexnet"\nbatch_size = 32\nstrategy = "wfbp"\n[inter]\nbandwidth = 5.5e8\n')
+    fit = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", data, "--base", base, "-o", fit, "--fit", "inter.bandwidth",
+                         "--fit", "ps.bandwidth", "--prior", "0.05", "--starts", "1")
+    assert status == 0, err
+    doc = tomllib.loads(fit.read_text())
+    assert doc["inter"]["bandwidth"] == pytest.approx(truth_keys["inter.bandwidth"], rel=0.05)
+    assert doc["ps"]["bandwidth"] == pytest.approx(truth_keys["ps.bandwidth"], rel=0.05)
+    assert doc["fit"]["start"]["ps"]["bandwidth"] == pytest.approx(5.5e8)  # unset: starts at the link's

@@ -166,6 +166,27 @@ def test_hand_built_parameters():
                                           rel=RTOL), name
 
 
+def test_ps_bandwidth_prices_the_push_pull_phase_only():
+    """`ps.bandwidth` replaces the inter link's bandwidth in ps's push/pull
+    phase (closed form with its own rate), and nothing else: the flat and
+    hierarchical algorithms, and the intra phase, keep the link's."""
+    n, g, a_i, bw_i, a_e, bw_e, bw_ps, servers, m = 3, 4, 2e-6, 1e11, 2e-5, 5e9, 2e9, 2, 5.0e7
+    model = zoo.get_model("resnet50")
+    for algorithm in ALGORITHMS:
+        point = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
+                 "intra.alpha": a_i, "intra.bandwidth": bw_i, "inter.alpha": a_e, "inter.bandwidth": bw_e,
+                 "ps.servers": servers}
+        times = []
+        for extra in ({}, {"ps.bandwidth": bw_ps}):
+            p = {k: jnp.asarray(v) for k, v in point_params({**point, **extra}, model).items()}
+            times.append(float(allreduce_time(jnp.float32(m), *allreduce_cost(p))[0]))
+        if algorithm == "ps":
+            assert times[1] == pytest.approx(2 * 3 * a_i + 2 * 3 / 4 * m / bw_i + 2 * (a_e + 1.5 * m / bw_ps),
+                                             rel=RTOL)
+        else:
+            assert times[1] == times[0], algorithm
+
+
 def test_allreduce_time_broadcasts_over_slots():
     latency = jnp.asarray([1.0, 2.0], jnp.float32)
     per_byte = jnp.asarray([0.5, 0.25], jnp.float32)

@@ -68,6 +68,14 @@ def test_bad_data_exits_2_with_one_line(tmp_path, capsys, row, named):
     assert named in err and len(err.splitlines()) == 1
 
 
+def test_ps_bandwidth_is_fitted_only_where_multi_node_ps_rows_train():
+    vd = module()
+    row = lambda method, nodes: {"method": method, "nodes": nodes}  # noqa: E731
+    assert vd.fit_keys([row("WFBP-A2A", 2), row("BSP-PS", 2)]) == [*vd.FIT, "ps.bandwidth"]
+    assert vd.fit_keys([row("WFBP-A2A", 2), row("BSP-PS", 1)]) == list(vd.FIT)  # one node: a local all-reduce
+    assert vd.fit_keys([row("WFBP-A2A", 8)]) == list(vd.FIT)
+
+
 def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
     vd = module()
     other = vd.mapped_base('gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "100gbe"\n', tmp_path / "a.toml")

@@ -125,6 +125,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
                 p[f"{table}_{field}"] = get(f"{table}.{field}")
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
+    if "ps.bandwidth" in columns:  # only when set: else the push/pull runs at the inter link's bandwidths
+        p["ps_bandwidth"] = get("ps.bandwidth")
     for key in ("mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params"):  # only when set: mgwfbp as planned
         if key in columns:
             p[key.replace(".", "_")] = get(key)

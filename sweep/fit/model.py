@@ -77,6 +77,7 @@ def row_params(point: dict, extended: bool) -> dict[str, np.ndarray]:
         p[f"{table}_line_rate"] = np.array([line_rate(point, table)], np.float64)
         for field in EXTRA_LINK_FIELDS:  # (0: none) present, so that a fit can set them
             p[f"{table}_{field}"] = np.array([float(point.get(f"{table}.{field}", 0.0))], np.float64)
+    p.setdefault("ps_bandwidth", np.zeros(1))  # 0: the inter link's (present, so that a fit can set it)
     return p
 
 
@@ -154,7 +155,7 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
         per_row = [row_params(r.point, extended) for r in rows_here]
         # Optional fields set in some rows only: the others get the value that means "unset"
         # (sequential ps; mgwfbp planned with the true costs, no floor).
-        for name, unset in (("ps_pipelined", 0.0), ("mgwfbp_alpha", np.nan), ("mgwfbp_bandwidth", np.nan),
+        for name, unset in (("ps_pipelined", 0.0), ("ps_bandwidth", 0.0), ("mgwfbp_alpha", np.nan), ("mgwfbp_bandwidth", np.nan),
                             ("mgwfbp_min_params", 0.0)):
             if any(name in q for q in per_row):
                 for q in per_row:

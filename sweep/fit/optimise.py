@@ -102,14 +102,19 @@ def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.n
             upper[i] = math.log(rate * factor)
             why[key] = ("upper", f"line rate {rate:.4g} bytes/s" + (f" x {factor:.3g} (wire slack of the rows' "
                                                                     "algorithms)" if factor != 1.0 else ""))
+        elif key == "ps.bandwidth":  # push and pull use the NIC's two directions: 2 M per M/line rate
+            rate = min(float(np.min(g.params["inter_line_rate"])) for g in groups)
+            upper[i] = math.log(2.0 * rate)
+            why[key] = ("upper", f"twice the inter line rate {rate:.4g} bytes/s (push and pull, both directions)")
         elif table in LINK_TABLES and field == "bandwidth_exponent":
             lower[i] = 0.0
             why[key] = ("lower", "bandwidth may not grow with processes")
     return lower, upper, why
 
 
-# Starting values of fittable keys whose unset value (0) cannot start a log-space fit.
-UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5}
+# Starting values of fittable keys whose unset value (0) cannot start a log-space fit:
+# a number, or the parameter whose value they take when unset.
+UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5, "ps_bandwidth": "inter_bandwidth"}
 
 
 def starting_values(fitted: list[str], groups: list[Group], options: FitOptions) -> np.ndarray:
@@ -121,7 +126,11 @@ def starting_values(fitted: list[str], groups: list[Group], options: FitOptions)
     by default, start spread over the message sizes in the data."""
     rng = np.random.default_rng(options.seed)
     first = groups[0]  # rows carry the base scenario, so its values are here
-    center = np.array([first.params[FITTABLE[k][0]][0] or UNSET_START.get(FITTABLE[k][0], 0.0) for k in fitted],
+    def unset_start(name):
+        start = UNSET_START.get(name, 0.0)
+        return first.params[start][0] if isinstance(start, str) else start
+
+    center = np.array([first.params[FITTABLE[k][0]][0] or unset_start(FITTABLE[k][0]) for k in fitted],
                       np.float64)
     space = np.array([FITTABLE[k][1] for k in fitted])
     switches = [i for i, k in enumerate(fitted) if FITTABLE[k][0] in SWITCHES and not np.isfinite(center[i])]

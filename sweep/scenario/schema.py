@@ -153,6 +153,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("io.sample_bytes", int, None, "bytes", "bytes per sample copied to the GPU", positive=True, maximum=MAX_BYTES),
     Key("io.prefetch", bool, None, "", "input prefetch"),
     Key("ps.servers", int, None, "", "parameter servers", positive=True, maximum=MAX_WORKERS),
+    _bandwidth("ps.bandwidth", "bytes/s",
+               "ps: push/pull bandwidth per node, every regime (unset: the inter link's; at most twice its line "
+               "rate, push and pull in the NIC's two directions)"),
     Key("ps.pipelined", bool, None, "",
         "ps phases overlap, as BytePS streams partitions (latencies add, the slower phase sets the pace)"),
     # DAG shapes (DESIGN 2.5); the defaults are the barrier model.
