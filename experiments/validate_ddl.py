@@ -82,7 +82,7 @@ import numpy as np
 import tomli_w
 
 from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
-                   read_rows, require_data, run_fold, write_text)
+                   read_rows, require_data, run_fold, study_error, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -135,26 +135,23 @@ def load(path: Path) -> tuple[list[dict], dict[str, float]]:
     """(multi-GPU records, single-GPU throughput per model) from the CSV; a
     bad cell exits 2 with one line naming its column, value and line."""
     with open(path, newline="") as handle:
-        records = [r for r in csv.DictReader(line for line in handle if not line.startswith("#"))]
+        records = list(csv.DictReader(line for line in handle if not line.startswith("#")))
     for line, r in enumerate(records, start=2):
         for column, kind in (("gpus", int), ("nodes", int), ("gpus_per_node", int), ("throughput", float)):
             try:
                 r[column] = kind(r.get(column))
             except (TypeError, ValueError):
-                _bad(path, column, r.get(column), f"line {line}: not a number")
+                study_error("validate_ddl", column, r.get(column), f"{path}, line {line}: not a number")
         if r.get("method") not in (*METHODS, "single-gpu"):
-            _bad(path, "method", r.get("method"), f"line {line}: one of {', '.join(METHODS)} or single-gpu")
+            study_error("validate_ddl", "method", r.get("method"),
+                        f"{path}, line {line}: one of {', '.join(METHODS)} or single-gpu")
     single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
     rows = [r for r in records if r["method"] != "single-gpu"]
     for r in rows:
         if r["dnn"] not in single:
-            _bad(path, "dnn", r["dnn"], "has no single-gpu row to give its measured throughput")
+            study_error("validate_ddl", "dnn", r["dnn"],
+                        f"{path}: has no single-gpu row to give its measured throughput")
     return rows, single
-
-
-def _bad(path: Path, column: str, value, reason: str):
-    print(f"validate_ddl: error: {column} = {value!r} in {path}: {reason}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def scenario_keys(record: dict, single: dict[str, float], priority: bool = False) -> dict:

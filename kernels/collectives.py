@@ -87,8 +87,9 @@ LINK_FIELDS = ("alpha", "bandwidth", *LINK_FALLBACK)
 #   kernel launch, the TCP stack's per-call work); the flat link's on one
 #   level, the inter link's whenever the collective spans nodes.
 EXTRA_LINK_FIELDS = ("overhead",)
-# The inter link's bandwidths that `ps_bandwidth` (scenario key `ps.bandwidth`) replaces for ps.
-PS_BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
+# A link's bandwidth fields, one per regime (`ps_bandwidth` replaces them all for ps's push/pull;
+# `sweep.fit.optimise` bounds them by the line rate).
+BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
 
 
 class Steps(NamedTuple):
@@ -239,7 +240,7 @@ def _two_phases(p):
     is_ps = algorithm == PS
     if p.ps_bandwidth is not None:  # BytePS's push/pull at a rate of its own (every regime)
         own = is_ps & (p.ps_bandwidth > 0)
-        inter = {**inter, **{f: jnp.where(own, p.ps_bandwidth, inter[f]) for f in PS_BANDWIDTHS}}
+        inter = {**inter, **{f: jnp.where(own, p.ps_bandwidth, inter[f]) for f in BANDWIDTHS}}
     b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
                jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p.servers), 2 * (n - 1) / n),
                jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p.servers, n), floor_b)

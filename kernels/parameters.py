@@ -7,8 +7,8 @@ unless a scenario (or a fit) sets them; a None field is an empty pytree
 node, so jit specialises on which are set, and a kernel reading one takes
 the richer model only when it is set: the alpha-beta link unless a link
 extension is given, the sequential parameter server unless `ps_pipelined`,
-MG-WFBP planning with the true costs unless `mgwfbp_alpha`, hard maxima unless `max_temperature`, hard protocol steps unless
-`switch_width`.
+MG-WFBP planning with the true costs unless `mgwfbp_alpha`, hard maxima
+unless `max_temperature`, hard protocol steps unless `switch_width`.
 
 Scenario keys map onto these fields in one table
 (`sweep.scenario.parameter_table`), and `sweep.engine.params` builds a

@@ -23,7 +23,7 @@ Fitting, prediction, validation:
     read_base, read_rows, read_measurements   the inputs those commands read
 
 Studies (experiments/): markdown_table, pyplot, save_figure, study_arguments,
-require_data, write_text, write_dataset.
+require_data, study_error, write_text, write_dataset.
 
 The kernel alone (benchmarks): prepare_chunk(spec) -> PreparedChunk, and the
 DAG types Dag and Task that `explain --json` and the lowering describe.
@@ -63,6 +63,7 @@ _HOMES = {
     "save_figure": "sweep.report.files",
     "study_arguments": "sweep.report.files",
     "require_data": "sweep.report.files",
+    "study_error": "sweep.report.files",
     "write_text": "sweep.atomic",
     "write_dataset": "sweep.atomic",
     "prepare_chunk": "sweep.engine.evaluate",

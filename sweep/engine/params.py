@@ -16,6 +16,7 @@ from kernels.parameters import CODES, Params
 from sweep.scenario import catalog
 from sweep.scenario import presets
 from sweep.graph import zoo
+from sweep.scenario.parameter_table import PARAMETER_OF_KEY
 from sweep.scenario.schema import KEYS
 from sweep.scenario.spec import Spec
 
@@ -125,11 +126,10 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
                 p[f"{table}_{field}"] = get(f"{table}.{field}")
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
-    if "ps.bandwidth" in columns:  # only when set: else the push/pull runs at the inter link's bandwidths
-        p["ps_bandwidth"] = get("ps.bandwidth")
-    for key in ("mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params"):  # only when set: mgwfbp as planned
+    # Only when set: else ps pushes and pulls at the inter link's bandwidths, mgwfbp plans with the true costs.
+    for key in ("ps.bandwidth", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params"):
         if key in columns:
-            p[key.replace(".", "_")] = get(key)
+            p[PARAMETER_OF_KEY[key].name] = get(key)
     # The link model's extensions only when a scenario sets one: without them the
     # kernels take the affine alpha-beta cost, and the channel scan stays lean.
     if any(f"{table}.{field}" in columns for table in ("intra", "inter") for field in LINK_FIELDS[2:]):

@@ -155,7 +155,7 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
         per_row = [row_params(r.point, extended) for r in rows_here]
         # Optional fields set in some rows only: the others get the value that means "unset"
         # (sequential ps; mgwfbp planned with the true costs, no floor).
-        for name, unset in (("ps_pipelined", 0.0), ("ps_bandwidth", 0.0), ("mgwfbp_alpha", np.nan), ("mgwfbp_bandwidth", np.nan),
+        for name, unset in (("ps_pipelined", 0.0), ("mgwfbp_alpha", np.nan), ("mgwfbp_bandwidth", np.nan),
                             ("mgwfbp_min_params", 0.0)):
             if any(name in q for q in per_row):
                 for q in per_row:

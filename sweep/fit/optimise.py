@@ -29,6 +29,7 @@ import numpy as np
 import optax
 
 from kernels.codes import ALGORITHMS
+from kernels.collectives import BANDWIDTHS
 from sweep.errors import SpecError
 from sweep.fit.data import Row
 from sweep.fit.options import FitOptions
@@ -58,8 +59,6 @@ class FitResult:
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
     excluded: tuple = ()  # anomalous rows left out of the fit, one line each
 
-
-BANDWIDTHS = ("bandwidth", "large_bandwidth", "chunk_bandwidth")
 
 
 def wire_slack(groups: list[Group]) -> float:
@@ -97,13 +96,13 @@ def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.n
     for i, key in enumerate(fitted):
         table, _, field = key.partition(".")
         if table in LINK_TABLES and field in BANDWIDTHS:
-            rate = min(float(np.min(g.params[f"{table}_line_rate"])) for g in groups)
+            rate = lowest_line_rate(groups, table)
             factor = slack if table == "inter" else 1.0
             upper[i] = math.log(rate * factor)
             why[key] = ("upper", f"line rate {rate:.4g} bytes/s" + (f" x {factor:.3g} (wire slack of the rows' "
                                                                     "algorithms)" if factor != 1.0 else ""))
         elif key == "ps.bandwidth":  # push and pull use the NIC's two directions: 2 M per M/line rate
-            rate = min(float(np.min(g.params["inter_line_rate"])) for g in groups)
+            rate = lowest_line_rate(groups, "inter")
             upper[i] = math.log(2.0 * rate)
             why[key] = ("upper", f"twice the inter line rate {rate:.4g} bytes/s (push and pull, both directions)")
         elif table in LINK_TABLES and field == "bandwidth_exponent":
@@ -322,7 +321,12 @@ def line_rates_of(groups: list[Group], fitted: list[str]) -> dict:
     """`{table}.line_rate` of each link table with a fitted key (the bound the
     fit used, so that predictions apply the same one)."""
     tables = {k.split(".", 1)[0] for k in fitted if k.split(".", 1)[0] in LINK_TABLES}
-    return {f"{t}.line_rate": min(float(np.min(g.params[f"{t}_line_rate"])) for g in groups) for t in sorted(tables)}
+    return {f"{t}.line_rate": lowest_line_rate(groups, t) for t in sorted(tables)}
+
+
+def lowest_line_rate(groups: list[Group], table: str) -> float:
+    """A link's line rate over all rows (keys are shared: the slowest bounds them)."""
+    return min(float(np.min(g.params[f"{table}_line_rate"])) for g in groups)
 
 
 def snap_switches(predict, theta, pred, index: list[int], reach: float = math.log(1e3), steps: int = 40):

@@ -43,9 +43,14 @@ def require_data(study: str, path: str | os.PathLike) -> None:
     """Exit 2 with one line when a study's measurements are missing (they live
     in ../shared/data beside the repository, not in it)."""
     if not Path(path).is_file():
-        print(f"{study}: error: data = {str(path)!r}: not found; the measurements live in ../shared/data "
-              "beside the repository (see DESIGN.md, section 5)", file=sys.stderr)
-        raise SystemExit(2)
+        study_error(study, "data", str(path), "not found; the measurements live in ../shared/data beside the "
+                                              "repository (see DESIGN.md, section 5)")
+
+
+def study_error(study: str, key: str, value, reason: str):
+    """Exit 2 with one line naming the key and the value (a study's bad input)."""
+    print(f"{study}: error: {key} = {value!r}: {reason}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
