@@ -151,7 +151,7 @@ def load_spec(source: str | os.PathLike | Mapping) -> Spec:
     _check_models(spec)
     _check_traces(spec)
     _check_shapes(spec)
-    _check_mgwfbp_planner(spec)
+    check_mgwfbp_planner(spec.given, lambda key: spec.fixed.get(key, "(swept or sampled)"))
     return spec
 
 
@@ -393,13 +393,15 @@ def possible_values(spec: Spec, key: str) -> set[str]:
     return {{"strategy": DEFAULT_STRATEGY, "algorithm": DEFAULT_ALGORITHM}[key]}
 
 
-def _check_mgwfbp_planner(spec: Spec) -> None:
-    """MG-WFBP's planner model is an alpha-beta pair: both keys or neither."""
-    alpha, bandwidth = spec.given("mgwfbp.alpha"), spec.given("mgwfbp.bandwidth")
+def check_mgwfbp_planner(given, value_of, where: str = "") -> None:
+    """MG-WFBP's planner model is an alpha-beta pair: both keys or neither
+    (`given(key)`: whether a scenario or data row sets it; `value_of(key)`:
+    the value to name; `where`: a prefix for the reason, e.g. a data line)."""
+    alpha, bandwidth = given("mgwfbp.alpha"), given("mgwfbp.bandwidth")
     if alpha != bandwidth:
-        given, missing = ("mgwfbp.alpha", "mgwfbp.bandwidth") if alpha else ("mgwfbp.bandwidth", "mgwfbp.alpha")
-        raise SpecError(given, spec.fixed.get(given, "(swept or sampled)"),
-                        f"needs {missing} too: the planner's model is alpha + bytes / bandwidth")
+        key, missing = ("mgwfbp.alpha", "mgwfbp.bandwidth") if alpha else ("mgwfbp.bandwidth", "mgwfbp.alpha")
+        raise SpecError(key, value_of(key), f"{where}needs {missing} too: the planner's model is alpha + bytes / "
+                                            "bandwidth")
 
 
 def _check_shapes(spec: Spec) -> None:
