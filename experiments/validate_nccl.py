@@ -80,6 +80,11 @@ INTRA_LINKS = {
 # about M, not a ring's 2(g-1)/g M, so the wire bound is half the ring's: the
 # line rate is doubled to say so (README caveat: busbw above the wire).
 NVLS = ("nvidia_exemplar_h100_dgx_1x8",)
+# algorithm "nccl": both hop latencies fitted; NCCL's LL hop figures [s]
+# (NVIDIA/nccl src/graph/tuning.cc) as their start; 2 x 8 tables' nodes are NVLink.
+NCCL_KEYS = ("intra.alpha", "inter.alpha")
+NCCL_LL_HOP = {"nvlink": 0.47e-6, "pcie": 1.0e-6, "net": 2.7e-6}
+NCCL_INTRA = "nvlink3"
 FULL = FitOptions()
 DESCRIBE_PRIOR = 0.05
 QUICK = FitOptions(starts=2, steps=300, polish=150)
@@ -91,6 +96,20 @@ def single_node_base(name: str, link: str) -> str:
     if name in NVLS:  # in-switch reduction: each GPU sends half a ring's bytes
         base += f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n"
     return base
+
+
+def nccl_base(inter_rate: float | None, intra: str, nvls: bool = False) -> str:
+    """The base scenario of the `nccl` algorithm (kernels/nccl.py): the hop
+    latencies start at (and the priors centre on) NCCL's own tuning figures,
+    LL on NVLink or PCIe inside the node and on the network between nodes;
+    the inter bandwidth at the node's line rate."""
+    hop = NCCL_LL_HOP["pcie" if intra.startswith("pcie") else "nvlink"]
+    text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n'
+    if nvls:
+        text += f"line_rate = {2 * catalog.LINKS[intra].line_rate!r}\n"
+    if inter_rate is not None:
+        text += f"[inter]\nalpha = {NCCL_LL_HOP['net']!r}\nbandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n"
+    return text
 
 
 def pct(x: float) -> str:
@@ -124,6 +143,9 @@ def main(argv=None) -> int:
             # physics first: the bandwidth at the line rate, only the latency fitted
             physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, "multi-node, alpha only", physics, "bandwidth = line rate"))
+            # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate, the two hop latencies fitted
+            protocols = run(path, NCCL_KEYS, nccl_base(rate, NCCL_INTRA), "size", options, folder, cut=MEBI)
+            size_rows.append(_row(name, "multi-node, nccl protocols", protocols, "bandwidth = line rate"))
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"
@@ -133,6 +155,9 @@ def main(argv=None) -> int:
             records.append(records_csv(results))
             physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog"))
+            protocols = run(path, ("intra.alpha",), nccl_base(None, link, name in NVLS), "size", options, folder,
+                            cut=MEBI)
+            size_rows.append(_row(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog"))
             (folder / "whole.toml").write_text(base)
             # In sample the question is what the link model can describe, not
             # what it predicts: the priors weigh as little as before the default

@@ -5,14 +5,14 @@ program format's cost rows and edge switches (written by `sweep.graph.dag`)."""
 # (ByteScheduler) sends partitions frontmost layer first (`kernels.priority`).
 FIFO_STRATEGIES = ("bsp", "wfbp", "fusion", "mgwfbp")
 STRATEGIES = FIFO_STRATEGIES + ("priority",)
-ALGORITHMS = ("ring", "rhd", "tree", "hierarchical", "ps")
+ALGORITHMS = ("ring", "rhd", "tree", "hierarchical", "ps", "nccl")
 BOTTLENECKS = ("compute", "communication", "input")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 PRECISIONS = ("fp32", "mixed")
 FITS = ("no", "yes")
 
 BSP, WFBP, FUSION, MGWFBP, PRIORITY = range(len(STRATEGIES))
-RING, RHD, TREE, HIERARCHICAL, PS = range(len(ALGORITHMS))
+RING, RHD, TREE, HIERARCHICAL, PS, NCCL = range(len(ALGORITHMS))
 SGD, MOMENTUM, ADAM = range(len(OPTIMIZERS))
 FP32, MIXED = range(len(PRECISIONS))
 

@@ -32,6 +32,10 @@ steps and volume 2 max(1, n/S) (k = n, chunk M/S). With `ps_pipelined`
 (scenario key `ps.pipelined`, as BytePS streams tensor partitions through
 local reduce, push and pull) the two phases overlap: their latencies add and
 the slower per-byte cost sets the pace, lat_a + lat_b + M max(pb_a, pb_b).
+`nccl` is NCCL's ring with its three protocols (`kernels.nccl`): a flat
+ring's bytes on the slowest link, each protocol's latency by NCCL's tuning
+tables from the links' alphas, the fastest protocol for each message; the
+link extension fields do not apply to it (the wire floor does).
 `ps_bandwidth` (scenario key `ps.bandwidth`), when set, is the push/pull
 phase's bandwidth in every regime: a parameter server's transport need not
 reach what the collective library reaches on the same link.
@@ -68,7 +72,8 @@ import jax
 import jax.numpy as jnp
 
 from kernels.broadcast import lead
-from kernels.codes import HIERARCHICAL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
+from kernels.codes import HIERARCHICAL, NCCL, PS, RING, TREE  # rhd is the flat default: log-depth steps, ring volume
+from kernels.nccl import lower_envelope, protocol_lines
 from kernels.parameters import Params
 
 # What an unset extension field of a link is (one table for the kernels,
@@ -189,6 +194,24 @@ def _phase(lk: dict, k, steps, volume, scale, chunk_divisor, floor=None):
     return lat[0], byte[0], ((first, *to_first), (second, *to_second))
 
 
+def _select_phase(cond, a, b):
+    """Phase `a` where `cond`, else phase `b` (phases as `_phase` returns them)."""
+    return (jnp.where(cond, a[0], b[0]), jnp.where(cond, a[1], b[1]),
+            tuple(tuple(jnp.where(cond, x, y) for x, y in zip(sa, sb)) for sa, sb in zip(a[2], b[2])))
+
+
+def _nccl_phase(p, intra, inter, floor):
+    """NCCL's ring with its three protocols (`kernels.nccl`), as a phase: a
+    flat ring's bytes on the slowest link (the inter link on several nodes),
+    never below the wire's `floor`."""
+    multi_node = p.nodes > 1
+    bandwidth = jnp.where(multi_node, inter["bandwidth"], intra["bandwidth"])
+    per_byte = 2.0 * (p.workers - 1) / p.workers / bandwidth
+    if floor is not None:
+        per_byte = jnp.maximum(per_byte, floor)
+    return lower_envelope(protocol_lines(p.nodes, p.workers, intra["alpha"], inter["alpha"], per_byte, p.nccl_pci))
+
+
 def _pipelined(a, b):
     """Two phases with partitions streaming through both: the latencies add,
     the slower phase's per-byte cost sets the pace,
@@ -237,6 +260,8 @@ def _two_phases(p):
     a = _phase(_select(two_level, intra, flat_link), jnp.where(two_level, g, workers),
                jnp.where(two_level, 2 * (g - 1), flat_steps),
                jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
+    if p.nccl_pci is not None:  # a scenario that may use NCCL's protocols
+        a = _select_phase(algorithm == NCCL, _nccl_phase(p, intra, inter, floor_a), a)
     is_ps = algorithm == PS
     if p.ps_bandwidth is not None:  # BytePS's push/pull at a rate of its own (every regime)
         own = is_ps & (p.ps_bandwidth > 0)
@@ -253,7 +278,8 @@ def _two_phases(p):
 
 
 def _has_extensions(p) -> bool:
-    return any(p.get(f"{table}_{name}") is not None for table in ("intra", "inter") for name in LINK_FIELDS[2:])
+    """Whether the cost may have steps: a link extension field is set, or NCCL's protocols may run."""
+    return p.nccl_pci is not None or any(p.get(f"{table}_{name}") is not None for table in ("intra", "inter") for name in LINK_FIELDS[2:])
 
 
 def _finish(p, latency, per_byte, breaks, step_lat, step_byte) -> CollectiveCost:

@@ -72,8 +72,9 @@ def ceil_log2(p: int) -> int:
     return (p - 1).bit_length()
 
 
-def allreduce_closed_form(algorithm, m, nodes, gpus, a_i, bw_i, a_e, bw_e, servers=None):
-    """Seconds for one all-reduce of m bytes (DESIGN 2.2), float64."""
+def allreduce_closed_form(algorithm, m, nodes, gpus, a_i, bw_i, a_e, bw_e, servers=None, pci=False):
+    """Seconds for one all-reduce of m bytes (DESIGN 2.2), float64. `pci`:
+    nccl's intra-node hops are PCIe (else NVLink)."""
     n, g = nodes, gpus
     p = n * g
     if p <= 1 or m <= 0:
@@ -94,7 +95,30 @@ def allreduce_closed_form(algorithm, m, nodes, gpus, a_i, bw_i, a_e, bw_e, serve
         # push and a pull of M bytes per node to S servers on machines of their own.
         return (2 * (g - 1) * a_i + 2 * (g - 1) / g * m / bw_i
                 + 2 * (a_e + max(1.0, n / s) * m / bw_e))
+    if algorithm == "nccl":
+        return nccl_ring_time(m, n, g, a_i, a_e, bw, pci)
     raise ValueError(algorithm)
+
+
+def nccl_ring_time(m, n, g, a_i, a_e, bw, pci, only=None):
+    """The fastest of NCCL's LL, LL128 and Simple ring all-reduces, from the
+    tables in NVIDIA/nccl src/graph/tuning.cc (kernels/nccl.py's docstring):
+    each protocol priced on its own and the least taken (`only`: that
+    protocol's time, 0 LL, 1 LL128, 2 Simple)."""
+    p = n * g
+    hops_inter = 2 * (n - 1)
+    hops_intra = 2 * (p - 1) - hops_inter
+    intra_us = (1.0, 2.5, 5.7) if pci else (0.47, 1.9, 3.4)
+    net_us = (2.7, 4.0, 9.6)
+    times = []
+    for q, (base_us, share) in enumerate(((6.6, 0.25), (14.0, 0.92), (8.4, 1.0))):
+        hop_intra = a_i * intra_us[q] / intra_us[0] * (1.8 if q == 0 and n > 1 else 1.0)
+        hop_inter = a_e * net_us[q] / net_us[0]
+        latency = base_us * 1e-6 + hops_intra * hop_intra + hops_inter * hop_inter
+        if q == 2 and n > 1:
+            latency *= 1.9
+        times.append(latency + 2 * (p - 1) / p * m / (bw * share))
+    return min(times) if only is None else times[only]
 
 
 # ------------------------------------------------------------------------- DAG paths

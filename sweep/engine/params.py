@@ -124,6 +124,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         for field in ("overhead", "line_rate"):
             if f"{table}.{field}" in columns:
                 p[f"{table}_{field}"] = get(f"{table}.{field}")
+    if "nccl" in _algorithms(columns):  # NCCL's protocols take PCIe or NVLink hop ratios (kernels.nccl)
+        p["nccl_pci"] = get("intra.name", lambda name: float(catalog.LINKS[name].name.startswith("pcie")))
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
     # Only when set: else ps pushes and pulls at the inter link's bandwidths, mgwfbp plans with the true costs.
@@ -140,6 +142,17 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
     out = {k: v.astype(dtype, copy=False) for k, v in p.items()}
     out.update({name: p[name].astype(np.int32) for name in CODES})
     return Params.of(out)
+
+
+def _algorithms(columns: dict[str, Column]) -> set:
+    """Every algorithm the scenario may use (its values, its presets', or the
+    default): the same for every chunk, so the parameters' structure is too."""
+    if "algorithm" in columns:
+        values = columns["algorithm"].values
+        return set(values.tolist() if isinstance(values, np.ndarray) else values)
+    if "preset" in columns:
+        return {_or(presets.PRESETS[name].algorithm, presets.DEFAULT_ALGORITHM) for name in columns["preset"].values}
+    return {presets.DEFAULT_ALGORITHM}
 
 
 def _or(value, default):

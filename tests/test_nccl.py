@@ -1,0 +1,130 @@
+"""algorithm = "nccl": NCCL's ring with its LL, LL128 and Simple protocols
+(kernels/nccl.py), against each protocol priced on its own and the least
+taken (tests/reference_rules.py), through the kernels, sweeps, sampled
+sweeps and explain."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sweep
+from kernels.collectives import allreduce_time, collective_cost, wire_lower_bound
+from reference_rules import nccl_ring_time
+from sweep.engine.params import point_params
+from sweep.graph import zoo
+
+# (nodes, gpus per node): one node, one GPU per node, the 2 x 8 of published
+# nccl-tests tables, and larger rings.
+SHAPES = [(1, 2), (1, 8), (2, 1), (2, 8), (4, 4), (3, 5), (16, 8)]
+# Off every crossing (the crossings are not round numbers).
+MESSAGES = np.geomspace(3.3, 3.3e10, 61)
+LINKS = [  # (intra name, intra alpha, intra bandwidth, inter alpha, inter bandwidth)
+    ("nvlink3", 0.47e-6, 3e11, 2.7e-6, 2e11),
+    ("pcie4", 1e-6, 2.5e10, 15e-6, 5e10),
+    ("nvlink4", 2e-6, 4.5e11, 30e-6, 1.25e9),
+]
+
+
+def _point(n, g, link, **extra):
+    name, a_i, bw_i, a_e, bw_e = link
+    return {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": "nccl",
+            "intra.name": name, "intra.alpha": a_i, "intra.bandwidth": bw_i,
+            "inter.alpha": a_e, "inter.bandwidth": bw_e, **extra}
+
+
+def _kernel_times(point):
+    with jax.enable_x64(True):
+        p = {k: jnp.asarray(v) for k, v in point_params(point, zoo.get_model("resnet50"), np.float64).items()}
+        m = jnp.asarray(MESSAGES)[:, None]
+        return np.asarray(allreduce_time(m, *collective_cost(p)))[:, 0], np.asarray(wire_lower_bound(p, m))[:, 0] \
+            if "inter.line_rate" in point else None
+
+
+@pytest.mark.parametrize("link", LINKS, ids=[link[0] for link in LINKS])
+@pytest.mark.parametrize("n, g", SHAPES)
+def test_cost_is_the_fastest_protocol(n, g, link):
+    got, _ = _kernel_times(_point(n, g, link))
+    bw = link[4] if n > 1 else link[2]
+    want = [nccl_ring_time(m, n, g, link[1], link[3], bw, link[0].startswith("pcie")) for m in MESSAGES]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0.0)
+
+
+def test_every_protocol_wins_somewhere_on_two_nodes():
+    """Not a vacuous minimum: on 2 x 8 NVLink nodes over InfiniBand each of
+    LL, LL128 and Simple is the fastest over a range of sizes, in that order."""
+    n, g, a_i, a_e, bw = 2, 8, 0.47e-6, 2.7e-6, 2e11
+    winners = []
+    for m in MESSAGES:
+        times = [nccl_ring_time(m, n, g, a_i, a_e, bw, False, only=q) for q in range(3)]
+        winners.append(int(np.argmin(times)))
+    assert winners == sorted(winners) and set(winners) == {0, 1, 2}
+    got, _ = _kernel_times(_point(n, g, LINKS[0]))
+    np.testing.assert_allclose(got, [nccl_ring_time(m, n, g, a_i, a_e, bw, False) for m in MESSAGES], rtol=1e-9)
+
+
+def test_no_faster_than_the_wire():
+    """With a line rate well below the link's bandwidth, large all-reduces
+    run at the wire (Simple: the whole bandwidth), never faster."""
+    got, bound = _kernel_times(_point(4, 8, LINKS[0], **{"inter.line_rate": 5e10}))
+    assert np.all(got >= bound * (1 - 1e-12))
+    assert got[-1] == pytest.approx(bound[-1], rel=1e-3)
+
+
+def test_sweep_and_sampled_sweep_agree_with_points():
+    """A grid over algorithms and intra links, and a sample that draws the
+    algorithm, give the iteration time of each configuration run alone."""
+    base = {"model": "resnet50", "batch_size": 32, "gpus_per_node": 8, "strategy": "mgwfbp",
+            "inter": {"name": "ib-hdr-8x"}, "outputs": ["iteration_time"]}
+    grid = sweep.run({**base, "nodes": [1, 2, 4], "algorithm": ["ring", "nccl"],
+                      "intra": {"name": ["nvlink3", "pcie4"]}})
+    for n in (1, 2, 4):
+        for algorithm in ("ring", "nccl"):
+            for intra in ("nvlink3", "pcie4"):
+                alone = sweep.run({**base, "nodes": n, "algorithm": algorithm, "intra": {"name": intra}})
+                got = grid["iteration_time"].sel(nodes=n, algorithm=algorithm, **{"intra.name": intra})
+                assert float(got) == pytest.approx(float(alone["iteration_time"]), rel=1e-6)
+    times = grid["iteration_time"].sel(**{"intra.name": "nvlink3"})
+    assert float(times.sel(nodes=4, algorithm="nccl")) != float(times.sel(nodes=4, algorithm="ring"))
+    sampled = sweep.run({**base, "nodes": 2, "intra": {"name": "nvlink3"},
+                         "sample": {"n": 16, "seed": 3, "algorithm": ["ring", "nccl"]}})
+    drawn = sampled["algorithm"].values
+    assert set(drawn) == {"ring", "nccl"}
+    for c, algorithm in enumerate(drawn):
+        want = grid["iteration_time"].sel(nodes=2, algorithm=algorithm, **{"intra.name": "nvlink3"})
+        assert float(sampled["iteration_time"][c]) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_explain_names_the_algorithm_and_prices_every_bucket():
+    doc = sweep.explain(sweep.load_spec({"model": "alexnet", "batch_size": 32, "nodes": 2, "gpus_per_node": 8,
+                                         "algorithm": "nccl", "strategy": "wfbp",
+                                         "intra": {"name": "nvlink3", "alpha": 1e-6},
+                                         "inter": {"name": "ib-hdr-8x", "alpha": 3e-6}}))
+    assert doc["configuration"]["algorithm"] == "nccl"
+    comms = [t for t in doc["tasks"] if t["kind"] == "comm"]
+    assert comms
+    for t in comms:
+        want = nccl_ring_time(t["bytes"], 2, 8, 1e-6, 3e-6, 200e9, False)
+        assert t["duration"] == pytest.approx(want, rel=1e-9)
+
+
+def test_calibrate_recovers_the_hop_latencies_from_mixed_rows(tmp_path):
+    """All-reduce rows of a ring (first, so that the group's first row has no
+    nccl field) and of nccl on 2 x 8 NVLink nodes, times from the reference:
+    the fit recovers both LL hop latencies, and predicts every row."""
+    a_i, a_e, rate = 0.6e-6, 4.0e-6, 2e11
+    sizes = np.geomspace(8.0, 2.0**30, 28)
+    rows = [["ring", 2, 8, m, 30 * a_e + 30 / 16 * m / rate] for m in sizes[::4]]
+    rows += [["nccl", 2, 8, m, nccl_ring_time(m, 2, 8, a_i, a_e, rate, False)] for m in sizes]
+    data = tmp_path / "rows.csv"
+    with open(data, "w") as handle:
+        handle.write("algorithm,nodes,gpus_per_node,message_bytes,allreduce_time\n")
+        handle.writelines(",".join(str(x) for x in r) + "\n" for r in rows)
+    base = tmp_path / "base.toml"
+    base.write_text(f'[intra]\nname = "nvlink3"\nalpha = 1e-6\n[inter]\nalpha = 1e-5\nbandwidth = {rate!r}\n'
+                    f"line_rate = {rate!r}\n")
+    result, _ = sweep.calibrate(data, ["intra.alpha", "inter.alpha"], base, None, sweep.FitOptions(prior=0.0))
+    assert result.values["intra.alpha"] == pytest.approx(a_i, rel=0.02)
+    assert result.values["inter.alpha"] == pytest.approx(a_e, rel=0.02)
+    assert result.max_relative_error < 0.01
