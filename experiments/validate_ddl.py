@@ -25,10 +25,12 @@ How the seven methods map onto the model (`scenario_keys`):
                      at a bandwidth of their own (`ps.bandwidth`, fitted when the
                      training rows hold multi-node PS rows: `fit_keys`)
   ByteScheduler-PS   as WFBP-PS, or with the priority strategy (task c)
-The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `rhd`:
-a log-depth latency term (NCCL runs trees for small tensors) with the
-bandwidth term of a ring; the inter link's latency per step grows with the
-process count as NCCL's tree's inter-node steps do (`TREE_ALPHA_EXPONENT`).
+The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `nccl`:
+NCCL's ring with its LL, LL128 and Simple protocols, the fastest for each
+bucket (kernels/nccl.py); it replaced `rhd` with the inter link's latency
+per step growing as NCCL's tree's inter-node steps do (`TREE_ALPHA_EXPONENT`,
+which still sets how the PS methods' push/pull latency grows): README
+"Validation against measurements" has both side by side.
 On one node the PS methods are modelled as a local all-reduce: the
 measurements show no network cost there (BSP-PS is within 6 % of BSP-A2A on
 4 GPUs for every model). Every row's compute comes from
@@ -92,6 +94,10 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_ben
 # step times (P/2)**e makes the first the second when 4**e = 1.8 (e = 0.42;
 # exact at 8 and 32 GPUs, 1.79x against 2x at 16). README: tried and kept.
 TREE_ALPHA_EXPONENT = 0.42
+# NCCL's protocols for every all-reduce (the A2A methods, and the PS methods'
+# local reduce on one node): held out, (a) 4.0 / 25.5 -> 4.0 / 18.9 % and
+# (b) 8.9 / 31.2 -> 3.2 / 40.0 % against `rhd` with TREE_ALPHA_EXPONENT (README).
+ALLREDUCE = "nccl"
 BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\nname = "10gbe"\n'
         f'alpha_exponent = {TREE_ALPHA_EXPONENT}\n')
 # The seven keys of the earlier study, plus the per-call software overhead of
@@ -164,7 +170,7 @@ def scenario_keys(record: dict, single: dict[str, float], priority: bool = False
     keys = {"model": record["dnn"], "batch_size": int(record["batch_size"]),
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
-            "algorithm": "rhd", "ps.pipelined": "", "update": update,
+            "algorithm": ALLREDUCE, "ps.pipelined": "", "update": update,
             "compute.measured_throughput": single[record["dnn"]]}
     if family == "ps" and record["nodes"] > 1:
         keys.update({"algorithm": "ps", "ps.pipelined": "true"})

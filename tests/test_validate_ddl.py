@@ -39,7 +39,7 @@ def test_every_row_maps_to_a_valid_scenario():
         if r["method"].endswith("-PS") and r["nodes"] > 1:
             assert spec.fixed["algorithm"] == "ps" and spec.fixed["ps.pipelined"] is True
         else:
-            assert spec.fixed["algorithm"] == "rhd"
+            assert spec.fixed["algorithm"] == "nccl"  # NCCL's ring and protocols
     # ByteScheduler is predicted as the WFBP of its family
     pick = {(r["method"], r["nodes"]): vd.scenario_keys(r, single) for r in records if r["dnn"] == "resnet50"}
     for family in ("A2A", "PS"):
