@@ -195,9 +195,13 @@ def _phase(lk: dict, k, steps, volume, scale, chunk_divisor, floor=None):
 
 
 def _select_phase(cond, a, b):
-    """Phase `a` where `cond`, else phase `b` (phases as `_phase` returns them)."""
+    """Phase `a` where `cond`, else phase `b` (phases as `_phase` returns
+    them; the one with fewer steps gains steps that never apply)."""
+    never = (jnp.inf, 0.0, 0.0)
+    count = max(len(a[2]), len(b[2]))
+    steps_a, steps_b = (tuple(x[2]) + (never,) * (count - len(x[2])) for x in (a, b))
     return (jnp.where(cond, a[0], b[0]), jnp.where(cond, a[1], b[1]),
-            tuple(tuple(jnp.where(cond, x, y) for x, y in zip(sa, sb)) for sa, sb in zip(a[2], b[2])))
+            tuple(tuple(jnp.where(cond, x, y) for x, y in zip(sa, sb)) for sa, sb in zip(steps_a, steps_b)))
 
 
 def _nccl_phase(p, intra, inter, floor):
@@ -307,9 +311,7 @@ def collective_cost(p, phases=None) -> CollectiveCost:
     a, b, overhead = _two_phases(p) if phases is None else phases
     latency = a[0] + b[0] + overhead
     per_byte = a[1] + b[1]
-    breaks = [a[2][0][0], a[2][1][0], b[2][0][0], b[2][1][0]]
-    step_lat = [a[2][0][1], a[2][1][1], b[2][0][1], b[2][1][1]]
-    step_byte = [a[2][0][2], a[2][1][2], b[2][0][2], b[2][1][2]]
+    breaks, step_lat, step_byte = (list(x) for x in zip(*a[2], *b[2]))
     if p.ps_pipelined is not None:  # BytePS-style: partitions stream through both phases
         pipelined = (p.algorithm == PS) & (p.ps_pipelined > 0)
         lat_p, byte_p, steps_p = _pipelined(a, b)
@@ -339,8 +341,7 @@ def stage_costs(p) -> dict:
     def phase(which: str) -> CollectiveCost:
         a, b, overhead = costs["phases"]
         ph, extra = (a, 0.0) if which == "a" else (b, overhead)
-        return _finish(p, ph[0] + extra, ph[1], [ph[2][0][0], ph[2][1][0]], [ph[2][0][1], ph[2][1][1]],
-                       [ph[2][0][2], ph[2][1][2]])
+        return _finish(p, ph[0] + extra, ph[1], *(list(x) for x in zip(*ph[2])))
 
     # Each entry is built once, from the ones it needs, on first access.
     costs = _Lazy({

@@ -24,10 +24,12 @@ network (a larger fitted alpha) slows every protocol alike; the intra hops
 take the PCIe ratios where `nccl_pci` is 1, NVLink's elsewhere. The bytes
 move as in a flat ring: 2(P-1)/P of M per rank on the slowest link (the
 inter link on several nodes), at the link's bandwidth times the protocol's
-share (1/4, 0.92, 1). The time is the least of the three lines, which is a
-piecewise-affine cost with at most two breaks: the same `Steps` as the link
-model's protocol switches (`kernels.collectives`), so every kernel that
-prices an all-reduce prices this one too.
+share (1/4, 0.92, 1). The time is the least of the three lines, a
+piecewise-affine cost: the same `Steps` as the link model's protocol
+switches (`kernels.collectives`), so every kernel that prices an all-reduce
+prices this one too. NCCL's tree (log-depth latency between nodes) was
+tried as three more lines and dropped: it made the out-of-sample errors
+worse (README "Validation against measurements").
 """
 from __future__ import annotations
 
@@ -63,20 +65,45 @@ def protocol_lines(nodes, workers, intra_alpha, inter_alpha, volume_per_byte, pc
 
 
 def lower_envelope(lines):
-    """The least of three lines (latency ascending, per_byte descending from
-    LL to Simple) as (latency, per_byte, ((break, d_latency, d_per_byte) x 2)):
-    LL up to its crossing with the next line that wins, then LL128 if it wins
-    anywhere, then Simple."""
-    (l1, b1), (l2, b2), (l3, b3) = lines
+    """The least of affine lines l_i + b_i * M over M > 0, as (latency,
+    per_byte, ((break, d_latency, d_per_byte), ...)): one step per line.
 
-    def crossing(la, ba, lb, bb):  # where line b (higher latency, lower per_byte) starts to win
-        gap = ba - bb
-        return jnp.where(gap > 0, (lb - la) / jnp.where(gap > 0, gap, 1.0), jnp.inf)
-
-    x13 = crossing(l1, b1, l3, b3)
-    # LL128 wins somewhere iff it is below both others where they cross.
-    middle = (l2 + b2 * jnp.where(jnp.isfinite(x13), x13, 0.0) < l1 + b1 * x13) & jnp.isfinite(x13)
-    x12, x23 = crossing(l1, b1, l2, b2), crossing(l2, b2, l3, b3)
-    first = (jnp.where(middle, x12, x13), jnp.where(middle, l2 - l1, l3 - l1), jnp.where(middle, b2 - b1, b3 - b1))
-    second = (jnp.where(middle, x23, jnp.inf), jnp.where(middle, l3 - l2, 0.0), jnp.where(middle, b3 - b2, 0.0))
-    return l1, b1, (first, second)
+    Line i is the least on the interval (lo_i, hi_i]: lo_i is where it
+    passes the last steeper line, hi_i where the first shallower line passes
+    it (crossings of a pair computed once, so an interval's end and the next
+    one's start are the same number); a line tied in slope with a lower (or
+    equal and earlier) one never is. The active line starting at 0 is the
+    affine part; every other active line is a step at its lo_i whose
+    increment is the line minus the one whose interval ends there."""
+    n = len(lines)
+    crossing = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            (li, bi), (lj, bj) = lines[i], lines[j]
+            gap = bi - bj
+            crossing[i, j] = crossing[j, i] = jnp.where(gap != 0, (lj - li) / jnp.where(gap != 0, gap, 1.0), jnp.inf)
+    lo, hi, active = [], [], []
+    for i, (li, bi) in enumerate(lines):
+        start, end, beaten = 0.0, jnp.inf, False
+        for j, (lj, bj) in enumerate(lines):
+            if j == i:
+                continue
+            start = jnp.where(bj > bi, jnp.maximum(start, crossing[i, j]), start)
+            end = jnp.where(bj < bi, jnp.minimum(end, crossing[i, j]), end)
+            beaten = beaten | ((bj == bi) & ((lj < li) | ((lj == li) & (j < i))))
+        lo.append(start)
+        hi.append(end)
+        active.append(~beaten & (start < end))
+    first = [a & (start == 0) for a, start in zip(active, lo)]
+    latency = sum(jnp.where(f, li, 0.0) for f, (li, _) in zip(first, lines))
+    per_byte = sum(jnp.where(f, bi, 0.0) for f, (_, bi) in zip(first, lines))
+    steps = []
+    for i, (li, bi) in enumerate(lines):
+        starts = active[i] & (lo[i] > 0)
+        before = [active[j] & (hi[j] == lo[i]) for j in range(n) if j != i]
+        others = [lines[j] for j in range(n) if j != i]
+        prev_l = sum(jnp.where(b, lj, 0.0) for b, (lj, _) in zip(before, others))
+        prev_b = sum(jnp.where(b, bj, 0.0) for b, (_, bj) in zip(before, others))
+        steps.append((jnp.where(starts, lo[i], jnp.inf), jnp.where(starts, li - prev_l, 0.0),
+                      jnp.where(starts, bi - prev_b, 0.0)))
+    return latency, per_byte, tuple(steps)

@@ -96,11 +96,11 @@ def allreduce_closed_form(algorithm, m, nodes, gpus, a_i, bw_i, a_e, bw_e, serve
         return (2 * (g - 1) * a_i + 2 * (g - 1) / g * m / bw_i
                 + 2 * (a_e + max(1.0, n / s) * m / bw_e))
     if algorithm == "nccl":
-        return nccl_ring_time(m, n, g, a_i, a_e, bw, pci)
+        return nccl_time(m, n, g, a_i, a_e, bw, pci)
     raise ValueError(algorithm)
 
 
-def nccl_ring_time(m, n, g, a_i, a_e, bw, pci, only=None):
+def nccl_time(m, n, g, a_i, a_e, bw, pci, only=None):
     """The fastest of NCCL's LL, LL128 and Simple ring all-reduces, from the
     tables in NVIDIA/nccl src/graph/tuning.cc (kernels/nccl.py's docstring):
     each protocol priced on its own and the least taken (`only`: that
