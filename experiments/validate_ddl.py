@@ -37,10 +37,12 @@ measurements show no network cost there (BSP-PS is within 6 % of BSP-A2A on
 the measured single-GPU throughput (`compute.measured_throughput`, the
 1-GPU rows); GPUs are RTX 2080 Ti, links start from the catalog's pcie3 and
 10gbe. The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link
-(alpha, bandwidth) and the inter link (alpha, bandwidth, and a protocol
-switch with a second latency/bandwidth pair for large messages), and the
-software overhead of one all-reduce call on each (`FIT`), within the
-physical bounds (bandwidths at most the wire allows at the line rate).
+(alpha, bandwidth), the inter link (alpha, bandwidth) and the software
+overhead of one all-reduce call on each (`FIT`), and where multi-node PS
+rows train, what only their push/pull reads (`PS_FIT`: the inter link's
+protocol switch with a second latency/bandwidth pair, and `ps.bandwidth`),
+within the physical bounds (bandwidths at most the wire allows at the line
+rate).
 
 Two tasks, each against a naive baseline computed here:
   (a) scale-out: calibrate on rows with <= 8 GPUs, predict 16 and 32 GPUs;
@@ -96,18 +98,21 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_ben
 TREE_ALPHA_EXPONENT = 0.42
 # NCCL's protocols for every all-reduce (the A2A methods, and the PS methods'
 # local reduce on one node): held out, (a) 4.0 / 25.5 -> 4.0 / 18.9 % and
-# (b) 8.9 / 31.2 -> 3.2 / 40.0 % against `rhd` with TREE_ALPHA_EXPONENT (README).
+# (b) 8.9 / 31.2 -> 6.6 / 40.0 % against `rhd` with TREE_ALPHA_EXPONENT (README).
 ALLREDUCE = "nccl"
 BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\nname = "10gbe"\n'
         f'alpha_exponent = {TREE_ALPHA_EXPONENT}\n')
-# The seven keys of the earlier study, plus the per-call software overhead of
+# The links' latency and bandwidth, plus the per-call software overhead of
 # each link: it halved the cross-method error out of sample (README
 # "Validation against measurements": what was tried, kept and dropped).
-FIT = ("intra.alpha", "intra.bandwidth", "inter.alpha", "inter.bandwidth",
-       "inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth", "intra.overhead", "inter.overhead")
-# BytePS's push/pull need not run at what NCCL reaches on the same link:
-# fitted where PS rows exist (its prior: the inter link's base bandwidth).
-PS_FIT = "ps.bandwidth"
+FIT = ("intra.alpha", "intra.bandwidth", "inter.alpha", "inter.bandwidth", "intra.overhead", "inter.overhead")
+# What only the parameter servers' push/pull reads (the all-reduce methods run
+# NCCL's protocols, `ALLREDUCE`, which the link's protocol switch does not
+# shape): that switch and its large-message pair, and BytePS's own push/pull
+# bandwidth (its prior: the inter link's base bandwidth). Fitted only where
+# the training rows hold a multi-node PS row to tell them: unfitted, a key no
+# row informs would rest wherever its start put it.
+PS_FIT = ("inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth", "ps.bandwidth")
 METHODS = {  # method -> (strategy, family)
     "BSP-A2A": ("bsp", "a2a"), "WFBP-A2A": ("wfbp", "a2a"), "MG-WFBP": ("mgwfbp", "a2a"),
     "ByteScheduler-A2A": ("wfbp", "a2a"), "BSP-PS": ("bsp", "ps"), "WFBP-PS": ("wfbp", "ps"),
@@ -202,10 +207,10 @@ def write_rows(path: Path, records: list[dict], single: dict, measured: bool, pr
 
 
 def fit_keys(train: list[dict]) -> list[str]:
-    """`FIT`, and the parameter servers' own push/pull bandwidth when the
-    training rows hold a multi-node PS row to tell it (`PS_FIT`)."""
+    """`FIT`, and the keys only the PS methods' push/pull reads when the
+    training rows hold a multi-node PS row to tell them (`PS_FIT`)."""
     has_ps = any(METHODS[r["method"]][1] == "ps" and r["nodes"] > 1 for r in train)
-    return list(FIT) + ([PS_FIT] if has_ps else [])
+    return list(FIT) + (list(PS_FIT) if has_ps else [])
 
 
 def mapped_base(base_text: str, path: Path) -> dict:

@@ -71,7 +71,8 @@ def test_bad_data_exits_2_with_one_line(tmp_path, capsys, row, named):
 def test_ps_bandwidth_is_fitted_only_where_multi_node_ps_rows_train():
     vd = module()
     row = lambda method, nodes: {"method": method, "nodes": nodes}  # noqa: E731
-    assert vd.fit_keys([row("WFBP-A2A", 2), row("BSP-PS", 2)]) == [*vd.FIT, "ps.bandwidth"]
+    assert vd.fit_keys([row("WFBP-A2A", 2), row("BSP-PS", 2)]) == [*vd.FIT, *vd.PS_FIT]
+    assert "ps.bandwidth" in vd.PS_FIT and "inter.large_bandwidth" in vd.PS_FIT
     assert vd.fit_keys([row("WFBP-A2A", 2), row("BSP-PS", 1)]) == list(vd.FIT)  # one node: a local all-reduce
     assert vd.fit_keys([row("WFBP-A2A", 8)]) == list(vd.FIT)
 
@@ -138,10 +139,11 @@ def test_quick_run_writes_table_and_predictions(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fit_bytescheduler_priority.toml", "fit_bytescheduler_wfbp.toml",
                                                          "fit_cross_method.toml", "fit_scale_out.toml",
                                                          "predictions.csv", "table.md"]
-    for task in ("scale_out", "cross_method"):
+    # scale-out trains on multi-node PS rows (2 nodes), cross-method on WFBP-A2A alone
+    for task, fitted in (("scale_out", (*vd.FIT, *vd.PS_FIT)), ("cross_method", vd.FIT)):
         doc = tomllib.loads((tmp_path / f"fit_{task}.toml").read_text())
-        assert doc["gpu"]["name"] == "rtx2080ti" and set(doc["fit"]["fitted"]) == set(vd.FIT)
-        assert doc["inter"]["bandwidth"] > 0 and doc["inter"]["large_bandwidth"] > 0
+        assert doc["gpu"]["name"] == "rtx2080ti" and set(doc["fit"]["fitted"]) == set(fitted)
+        assert doc["inter"]["bandwidth"] > 0 and ("large_bandwidth" in doc["inter"]) == (task == "scale_out")
 
 
 def test_data_and_base_arguments(tmp_path):
@@ -168,7 +170,8 @@ def test_quick_run_on_a_copy_with_another_base(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     base = tmp_path / "base.toml"
-    base.write_text(vd.BASE.replace('inter = "10gbe"', 'inter = "25gbe"'))
+    assert 'name = "10gbe"' in vd.BASE
+    base.write_text(vd.BASE.replace('name = "10gbe"', 'name = "25gbe"'))
     out = tmp_path / "out"
     assert vd.main(["--quick", "--data", str(copy), "--base", str(base), "--out", str(out)]) == 0
     doc = tomllib.loads((out / "fit_scale_out.toml").read_text())
