@@ -70,11 +70,10 @@ def lower_envelope(lines):
 
     Line i is the least on the interval (lo_i, hi_i]: lo_i is where it
     passes the last steeper line, hi_i where the first shallower line passes
-    it (crossings of a pair computed once, so an interval's end and the next
-    one's start are the same number); a line tied in slope with a lower (or
-    equal and earlier) one never is. The active line starting at 0 is the
-    affine part; every other active line is a step at its lo_i whose
-    increment is the line minus the one whose interval ends there."""
+    it; a line tied in slope with a lower (or equal and earlier) one never
+    is. The active line starting at 0 is the affine part; every other active
+    line is a step at its lo_i whose increment is the line minus the active
+    line that starts last before it."""
     n = len(lines)
     crossing = {}
     for i in range(n):
@@ -100,10 +99,14 @@ def lower_envelope(lines):
     steps = []
     for i, (li, bi) in enumerate(lines):
         starts = active[i] & (lo[i] > 0)
-        before = [active[j] & (hi[j] == lo[i]) for j in range(n) if j != i]
-        others = [lines[j] for j in range(n) if j != i]
-        prev_l = sum(jnp.where(b, lj, 0.0) for b, (lj, _) in zip(before, others))
-        prev_b = sum(jnp.where(b, bj, 0.0) for b, (_, bj) in zip(before, others))
+        # The line before: the active one starting last before this one (intervals
+        # are disjoint and ordered by their starts; no float equality needed).
+        prev_lo, prev_l, prev_b = -jnp.inf, 0.0, 0.0
+        for j, (lj, bj) in enumerate(lines):
+            if j != i:
+                later = active[j] & (lo[j] < lo[i]) & (lo[j] > prev_lo)
+                prev_lo, prev_l, prev_b = (jnp.where(later, lo[j], prev_lo), jnp.where(later, lj, prev_l),
+                                           jnp.where(later, bj, prev_b))
         steps.append((jnp.where(starts, lo[i], jnp.inf), jnp.where(starts, li - prev_l, 0.0),
                       jnp.where(starts, bi - prev_b, 0.0)))
     return latency, per_byte, tuple(steps)

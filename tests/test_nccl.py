@@ -147,3 +147,25 @@ def test_sensitivities_match_finite_differences():
         expected = (times[0] - times[1]) / (2e-5 * x)
         assert expected != 0.0, key  # every link key matters in this configuration
         assert float(cube[f"d_iteration_time_d_{key}"]) == pytest.approx(expected, rel=1e-3), key
+
+
+def test_lower_envelope_of_random_lines_is_their_minimum():
+    """kernels.nccl.lower_envelope on random sets of 2 to 6 lines (ties in
+    slope and intercept, lines that never win, crossings at negative sizes),
+    as the collectives' steps, against the plain minimum."""
+    from kernels.collectives import Steps, piecewise_time
+    from kernels.nccl import lower_envelope
+
+    rng = np.random.default_rng(5)
+    sizes = np.geomspace(1e-3, 1e9, 400)
+    with jax.enable_x64(True):
+        for _ in range(200):
+            n = int(rng.integers(2, 7))
+            latency = rng.choice([0.0, 1.0, 2.0, 5.0], n) * rng.uniform(0.5, 2.0) ** rng.integers(0, 2, n)
+            per_byte = rng.choice([1e-9, 2e-9, 4e-9, 1e-8], n) * rng.uniform(0.5, 2.0) ** rng.integers(0, 2, n)
+            lines = [(jnp.asarray([a]), jnp.asarray([b])) for a, b in zip(latency, per_byte)]
+            base_l, base_b, steps = lower_envelope(lines)
+            stacked = Steps(*(jnp.stack([s[k] for s in steps]) for k in range(3)))
+            got = np.asarray(piecewise_time(jnp.asarray(sizes)[:, None], base_l, base_b, stacked))[:, 0]
+            want = np.min(latency[None, :] + per_byte[None, :] * sizes[:, None], axis=1)
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=f"{latency} {per_byte}")
