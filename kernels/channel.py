@@ -68,9 +68,12 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     docstring); its decisions are discrete and carry no gradient.
     """
     latency, per_byte, steps = cost
-    if fixed_buckets and steps is None and temperature is None and not (want_slots or want_sent):
-        return (None, None, *fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte,
-                                                  bytes_scale, ready_scale))
+    if fixed_buckets and temperature is None and not (want_slots or want_sent):
+        if steps is None:
+            return (None, None, *fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte,
+                                                      bytes_scale, ready_scale))
+        return (None, None, *fixed_bucket_piecewise(strategy, slot_bytes, ready, cost, bytes_scale, ready_scale,
+                                                    width))
     num_slots = slot_bytes.shape[0]
     shape = jnp.broadcast_shapes(slot_bytes.shape[1:], ready.shape[1:], jnp.shape(latency),
                                  jnp.shape(strategy), jnp.shape(bytes_scale), jnp.shape(ready_scale),
@@ -160,3 +163,33 @@ def fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte, bytes_s
     latest = jnp.max(ready, axis=0) * ready_scale  # ready_scale >= 0
     finish = jnp.where(is_wfbp, wfbp_finish, latest + bsp_busy)
     return finish, jnp.where(is_wfbp, wfbp_busy, bsp_busy)
+
+
+def fixed_bucket_piecewise(strategy, slot_bytes, ready, cost, bytes_scale=1.0, ready_scale=1.0, width=None):
+    """(channel finish [C], busy time [C]) for bsp and wfbp when a bucket's
+    time is piecewise in its bytes (protocol regimes, NCCL's protocols).
+
+    The same closed form as `fixed_bucket_channel`, c = max_s (r_s + sum_{j >=
+    s} d_j), but d_j is no longer affine in the bytes, so its suffix sums are
+    not per-slot constants: one backward scan carries the suffix sum and the
+    running maximum (two carries, against the general scan's three and its
+    send logic)."""
+    latency, per_byte, steps = cost
+    shape = jnp.broadcast_shapes(ready.shape[1:], jnp.shape(latency), jnp.shape(per_byte),
+                                 jnp.shape(bytes_scale), jnp.shape(ready_scale))
+    dtype = jnp.result_type(latency, ready_scale)
+
+    def suffix(carry, xs):
+        total, best = carry
+        nbytes, ready_now = xs
+        held = nbytes * bytes_scale
+        total = total + jnp.where(held > 0, piecewise_time(held, latency, per_byte, steps, width), 0.0)
+        return (total, jnp.maximum(best, ready_now * ready_scale + total)), None
+
+    start = (jnp.zeros(shape, dtype), jnp.full(shape, -jnp.inf, dtype))
+    (wfbp_busy, wfbp_finish), _ = jax.lax.scan(suffix, start, (slot_bytes, ready), reverse=True)
+    total = jnp.sum(slot_bytes, axis=0) * bytes_scale
+    bsp_busy = jnp.where(total > 0, piecewise_time(total, latency, per_byte, steps, width), 0.0)
+    latest = jnp.max(ready, axis=0) * ready_scale  # ready_scale >= 0
+    is_wfbp = strategy == WFBP
+    return jnp.where(is_wfbp, wfbp_finish, latest + bsp_busy), jnp.where(is_wfbp, wfbp_busy, bsp_busy)

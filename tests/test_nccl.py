@@ -169,3 +169,16 @@ def test_lower_envelope_of_random_lines_is_their_minimum():
             got = np.asarray(piecewise_time(jnp.asarray(sizes)[:, None], base_l, base_b, stacked))[:, 0]
             want = np.min(latency[None, :] + per_byte[None, :] * sizes[:, None], axis=1)
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=f"{latency} {per_byte}")
+
+
+def test_fixed_buckets_closed_form_equals_the_channel_scan():
+    """bsp and wfbp alone take the closed form with piecewise bucket times
+    (kernels.channel.fixed_bucket_piecewise); with fusion in the sweep the
+    same configurations run the general channel scan: the same times."""
+    base = {"model": "resnet50", "batch_size": [16, 64], "gpus_per_node": 8, "nodes": [1, 2, 4], "algorithm": "nccl",
+            "intra": {"name": "nvlink3"}, "inter": {"name": "ib-hdr-8x", "alpha": [3e-6, 3e-5]},
+            "outputs": ["iteration_time", "communication_time"]}
+    closed = sweep.run({**base, "strategy": ["bsp", "wfbp"]})
+    scan = sweep.run({**base, "strategy": ["bsp", "wfbp", "fusion"]}).sel(strategy=["bsp", "wfbp"])
+    for name in ("iteration_time", "communication_time"):
+        np.testing.assert_allclose(closed[name].values, scan[name].values, rtol=2e-6, err_msg=name)
