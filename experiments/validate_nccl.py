@@ -92,21 +92,22 @@ QUICK = FitOptions(starts=2, steps=300, polish=150)
 
 def single_node_base(name: str, link: str) -> str:
     """The base scenario of a single-node table: a ring on its catalog intra link."""
-    base = f'algorithm = "ring"\n[intra]\nname = "{link}"\n'
-    if name in NVLS:  # in-switch reduction: each GPU sends half a ring's bytes
-        base += f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n"
-    return base
+    return f'algorithm = "ring"\n[intra]\nname = "{link}"\n' + nvls_line_rate(name, link)
 
 
-def nccl_base(inter_rate: float | None, intra: str, nvls: bool = False) -> str:
-    """The base scenario of the `nccl` algorithm (kernels/nccl.py): the hop
-    latencies start at (and the priors centre on) NCCL's own tuning figures,
-    LL on NVLink or PCIe inside the node and on the network between nodes;
-    the inter bandwidth at the node's line rate."""
-    hop = NCCL_LL_HOP["pcie" if intra.startswith("pcie") else "nvlink"]
-    text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n'
-    if nvls:
-        text += f"line_rate = {2 * catalog.LINKS[intra].line_rate!r}\n"
+def nvls_line_rate(name: str, link: str) -> str:
+    """The intra line-rate line of a table that reduces in the switch (`NVLS`:
+    each GPU sends half a ring's bytes), empty for the others."""
+    return f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n" if name in NVLS else ""
+
+
+def nccl_base(inter_rate: float | None, intra: str, name: str = "") -> str:
+    """The base scenario of the `nccl` algorithm (kernels/nccl.py) for table
+    `name`: the hop latencies start at (and the priors centre on) NCCL's own
+    tuning figures, LL on NVLink or PCIe inside the node and on the network
+    between nodes; the inter bandwidth at the node's line rate."""
+    hop = NCCL_LL_HOP["pcie" if catalog.is_pcie(intra) else "nvlink"]
+    text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n' + nvls_line_rate(name, intra)
     if inter_rate is not None:
         text += f"[inter]\nalpha = {NCCL_LL_HOP['net']!r}\nbandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n"
     return text
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
             records.append(records_csv(results))
             physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog"))
-            protocols = run(path, ("intra.alpha",), nccl_base(None, link, name in NVLS), "size", options, folder,
+            protocols = run(path, ("intra.alpha",), nccl_base(None, link, name), "size", options, folder,
                             cut=MEBI)
             size_rows.append(_row(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog"))
             (folder / "whole.toml").write_text(base)

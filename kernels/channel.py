@@ -69,11 +69,8 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     """
     latency, per_byte, steps = cost
     if fixed_buckets and temperature is None and not (want_slots or want_sent):
-        if steps is None:
-            return (None, None, *fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte,
-                                                      bytes_scale, ready_scale))
-        return (None, None, *fixed_bucket_piecewise(strategy, slot_bytes, ready, cost, bytes_scale, ready_scale,
-                                                    width))
+        return (None, None, *fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte,
+                                                  bytes_scale, ready_scale, steps, width))
     num_slots = slot_bytes.shape[0]
     shape = jnp.broadcast_shapes(slot_bytes.shape[1:], ready.shape[1:], jnp.shape(latency),
                                  jnp.shape(strategy), jnp.shape(bytes_scale), jnp.shape(ready_scale),
@@ -132,64 +129,50 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     return finish, sent, last, busy
 
 
-def fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0):
+def fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0,
+                         steps=None, width=None):
     """(channel finish [C], busy time [C]) for bsp and wfbp in closed form.
 
     wfbp sends every slot: the FIFO recurrence c_s = max(c_{s-1}, r_s) + d_s
-    unrolls to c = max_s (r_s + sum_{j >= s} d_j), and with d_j = latency +
-    per_byte * bytes_j for non-empty slots the suffix sums are per-slot
-    constants: a running maximum of affine terms, one carry instead of the
-    general scan's three. bsp sends one bucket of everything from the last
-    slot, which starts once every slot's input is ready.
+    unrolls to c = max_s (r_s + sum_{j >= s} d_j). With an affine cost (no
+    `steps`), d_j = latency + per_byte * bytes_j for non-empty slots and the
+    suffix sums are per-slot constants: a running maximum of affine terms,
+    one carry instead of the general scan's three. With `steps` (protocol
+    regimes, NCCL's protocols) d_j is piecewise in the bytes and its suffix
+    sums are not constants: one backward scan carries the suffix sum and the
+    running maximum. bsp sends one bucket of everything from the last slot,
+    which starts once every slot's input is ready.
     """
-    nonempty = (slot_bytes > 0).astype(slot_bytes.dtype)
-    count_after = jnp.cumsum(nonempty[::-1], axis=0)[::-1]
-    bytes_after = jnp.cumsum(slot_bytes[::-1], axis=0)[::-1]
-
-    def running_max(best, xs):
-        ready_now, count, nbytes = xs
-        return jnp.maximum(best, ready_now * ready_scale + latency * count + per_byte * bytes_scale * nbytes), None
-
-    # A scan with one carry: a reduction over [S, C] does not fuse on the CPU,
-    # and an unrolled chain makes XLA's compile explode for deep models.
+    # A scan, not a reduction over [S, C] (which does not fuse on the CPU) or
+    # an unrolled chain (which makes XLA's compile explode for deep models).
     shape = jnp.broadcast_shapes(ready.shape[1:], jnp.shape(latency), jnp.shape(per_byte),
                                  jnp.shape(bytes_scale), jnp.shape(ready_scale))
-    start = jnp.full(shape, -jnp.inf, jnp.result_type(latency, ready_scale))
-    wfbp_finish, _ = jax.lax.scan(running_max, start, (ready, count_after, bytes_after))
-    total = bytes_after[0] * bytes_scale
-    bsp_busy = jnp.where(total > 0, latency + per_byte * total, 0.0)
-    wfbp_busy = latency * count_after[0] + per_byte * total
+    dtype = jnp.result_type(latency, ready_scale)
+    if steps is None:
+        nonempty = (slot_bytes > 0).astype(slot_bytes.dtype)
+        count_after = jnp.cumsum(nonempty[::-1], axis=0)[::-1]
+        bytes_after = jnp.cumsum(slot_bytes[::-1], axis=0)[::-1]
+
+        def running_max(best, xs):
+            ready_now, count, nbytes = xs
+            return jnp.maximum(best, ready_now * ready_scale + latency * count + per_byte * bytes_scale * nbytes), None
+
+        wfbp_finish, _ = jax.lax.scan(running_max, jnp.full(shape, -jnp.inf, dtype), (ready, count_after, bytes_after))
+        total = bytes_after[0] * bytes_scale
+        wfbp_busy = latency * count_after[0] + per_byte * total
+    else:
+        def suffix(carry, xs):
+            after, best = carry
+            nbytes, ready_now = xs
+            held = nbytes * bytes_scale
+            after = after + jnp.where(held > 0, piecewise_time(held, latency, per_byte, steps, width), 0.0)
+            return (after, jnp.maximum(best, ready_now * ready_scale + after)), None
+
+        start = (jnp.zeros(shape, dtype), jnp.full(shape, -jnp.inf, dtype))
+        (wfbp_busy, wfbp_finish), _ = jax.lax.scan(suffix, start, (slot_bytes, ready), reverse=True)
+        total = jnp.sum(slot_bytes, axis=0) * bytes_scale
+    bsp_busy = jnp.where(total > 0, piecewise_time(total, latency, per_byte, steps, width), 0.0)
     is_wfbp = strategy == WFBP
     latest = jnp.max(ready, axis=0) * ready_scale  # ready_scale >= 0
     finish = jnp.where(is_wfbp, wfbp_finish, latest + bsp_busy)
     return finish, jnp.where(is_wfbp, wfbp_busy, bsp_busy)
-
-
-def fixed_bucket_piecewise(strategy, slot_bytes, ready, cost, bytes_scale=1.0, ready_scale=1.0, width=None):
-    """(channel finish [C], busy time [C]) for bsp and wfbp when a bucket's
-    time is piecewise in its bytes (protocol regimes, NCCL's protocols).
-
-    The same closed form as `fixed_bucket_channel`, c = max_s (r_s + sum_{j >=
-    s} d_j), but d_j is no longer affine in the bytes, so its suffix sums are
-    not per-slot constants: one backward scan carries the suffix sum and the
-    running maximum (two carries, against the general scan's three and its
-    send logic)."""
-    latency, per_byte, steps = cost
-    shape = jnp.broadcast_shapes(ready.shape[1:], jnp.shape(latency), jnp.shape(per_byte),
-                                 jnp.shape(bytes_scale), jnp.shape(ready_scale))
-    dtype = jnp.result_type(latency, ready_scale)
-
-    def suffix(carry, xs):
-        total, best = carry
-        nbytes, ready_now = xs
-        held = nbytes * bytes_scale
-        total = total + jnp.where(held > 0, piecewise_time(held, latency, per_byte, steps, width), 0.0)
-        return (total, jnp.maximum(best, ready_now * ready_scale + total)), None
-
-    start = (jnp.zeros(shape, dtype), jnp.full(shape, -jnp.inf, dtype))
-    (wfbp_busy, wfbp_finish), _ = jax.lax.scan(suffix, start, (slot_bytes, ready), reverse=True)
-    total = jnp.sum(slot_bytes, axis=0) * bytes_scale
-    bsp_busy = jnp.where(total > 0, piecewise_time(total, latency, per_byte, steps, width), 0.0)
-    latest = jnp.max(ready, axis=0) * ready_scale  # ready_scale >= 0
-    is_wfbp = strategy == WFBP
-    return jnp.where(is_wfbp, wfbp_finish, latest + bsp_busy), jnp.where(is_wfbp, wfbp_busy, bsp_busy)

@@ -204,16 +204,14 @@ def _select_phase(cond, a, b):
             tuple(tuple(jnp.where(cond, x, y) for x, y in zip(sa, sb)) for sa, sb in zip(steps_a, steps_b)))
 
 
-def _nccl_phase(p, intra, inter, floor):
+def _nccl_phase(p, intra, inter, flat_per_byte, floor):
     """NCCL's ring with its three protocols (`kernels.nccl`), as a phase: a
-    flat ring's bytes on the slowest link (the inter link on several nodes),
-    never below the wire's `floor`."""
-    multi_node = p.nodes > 1
-    bandwidth = jnp.where(multi_node, inter["bandwidth"], intra["bandwidth"])
-    per_byte = 2.0 * (p.workers - 1) / p.workers / bandwidth
+    flat ring's bytes (`flat_per_byte`, on the slowest link), never below
+    the wire's `floor`."""
     if floor is not None:
-        per_byte = jnp.maximum(per_byte, floor)
-    return lower_envelope(protocol_lines(p.nodes, p.workers, intra["alpha"], inter["alpha"], per_byte, p.nccl_pci))
+        flat_per_byte = jnp.maximum(flat_per_byte, floor)
+    return lower_envelope(protocol_lines(p.nodes, p.workers, intra["alpha"], inter["alpha"], flat_per_byte,
+                                         p.nccl_pci))
 
 
 def _pipelined(a, b):
@@ -265,7 +263,8 @@ def _two_phases(p):
                jnp.where(two_level, 2 * (g - 1), flat_steps),
                jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
     if p.nccl_pci is not None:  # a scenario that may use NCCL's protocols
-        a = _select_phase(algorithm == NCCL, _nccl_phase(p, intra, inter, floor_a), a)
+        nccl = _nccl_phase(p, intra, inter, 2 * share / flat_link["bandwidth"], floor_a)
+        a = _select_phase(algorithm == NCCL, nccl, a)
     is_ps = algorithm == PS
     if p.ps_bandwidth is not None:  # BytePS's push/pull at a rate of its own (every regime)
         own = is_ps & (p.ps_bandwidth > 0)
@@ -283,7 +282,8 @@ def _two_phases(p):
 
 def _has_extensions(p) -> bool:
     """Whether the cost may have steps: a link extension field is set, or NCCL's protocols may run."""
-    return p.nccl_pci is not None or any(p.get(f"{table}_{name}") is not None for table in ("intra", "inter") for name in LINK_FIELDS[2:])
+    return p.nccl_pci is not None or any(p.get(f"{table}_{name}") is not None
+                                         for table in ("intra", "inter") for name in LINK_FIELDS[2:])
 
 
 def _finish(p, latency, per_byte, breaks, step_lat, step_byte) -> CollectiveCost:

@@ -173,7 +173,7 @@ def test_lower_envelope_of_random_lines_is_their_minimum():
 
 def test_fixed_buckets_closed_form_equals_the_channel_scan():
     """bsp and wfbp alone take the closed form with piecewise bucket times
-    (kernels.channel.fixed_bucket_piecewise); with fusion in the sweep the
+    (kernels.channel.fixed_bucket_channel with steps); with fusion in the sweep the
     same configurations run the general channel scan: the same times."""
     base = {"model": "resnet50", "batch_size": [16, 64], "gpus_per_node": 8, "nodes": [1, 2, 4], "algorithm": "nccl",
             "intra": {"name": "nvlink3"}, "inter": {"name": "ib-hdr-8x", "alpha": [3e-6, 3e-5]},

@@ -125,7 +125,7 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
             if f"{table}.{field}" in columns:
                 p[f"{table}_{field}"] = get(f"{table}.{field}")
     if "nccl" in _algorithms(columns):  # NCCL's protocols take PCIe or NVLink hop ratios (kernels.nccl)
-        p["nccl_pci"] = get("intra.name", lambda name: float(catalog.LINKS[name].name.startswith("pcie")))
+        p["nccl_pci"] = get("intra.name", lambda name: float(catalog.is_pcie(name)))
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
     # Only when set: else ps pushes and pulls at the inter link's bandwidths, mgwfbp plans with the true costs.

@@ -82,3 +82,9 @@ LINKS: dict[str, Link] = {l.name: l for l in (
     Link("ib-hdr-8x", 1.0e-6, 200 * _G, "8 x InfiniBand HDR 200 Gb/s per node (e.g. Azure NDm A100 v4) = 200 GB/s"),
     Link("ib-ndr-8x", 1.0e-6, 400 * _G, "8 x InfiniBand NDR 400 Gb/s per node (DGX H100 compute fabric) = 400 GB/s"),
 )}
+
+
+def is_pcie(name: str) -> bool:
+    """Whether the catalog link `name` is PCIe (NCCL's intra-node hops take
+    its PCIe figures there, NVLink's elsewhere: `kernels.nccl`)."""
+    return LINKS[name].name.startswith("pcie")
