@@ -258,6 +258,13 @@ def small_data(tmp_path):
                                                                                    5e-4, 900.0],
      [], "mgwfbp.alpha", "0.0005"),
     (["nodes", "message_bytes", "allreduce_time"], [0, 1024, 5e-5], [], "nodes", "0"),
+    # The DAG-shape rules of a scenario hold for each data row too.
+    (["model", "batch_size", "nodes", "strategy", "throughput"], ["resnet50", 32, 2, "priority", 900.0], [],
+     "strategy", "layerwise"),
+    (["model", "batch_size", "nodes", "zero", "algorithm", "throughput"], ["resnet50", 32, 2, 2, "ps", 900.0], [],
+     "zero", "ps"),
+    (["model", "batch_size", "nodes", "algorithm", "hierarchical.pipelined", "throughput"],
+     ["resnet50", 32, 2, "ring", "true", 900.0], [], "hierarchical.pipelined", "ring"),
     (["nodes", "message_bytes", "allreduce_time"], [2, 1024, 5e-5], ["--fit", "inter.alpha", "--prior", "-1"],
      "--prior", "-1"),
     (["nodes", "message_bytes", "allreduce_time"], [2, 1024, 5e-5], ["--fit", "inter.alpha", "--prior", "nan"],

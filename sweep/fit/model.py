@@ -26,7 +26,7 @@ from sweep.graph.layer_trace import trace_times
 from sweep.scenario import catalog
 from sweep.scenario.parameter_table import LINK_TABLES, PARAMETERS
 from sweep.scenario.schema import KEYS, STRUCTURAL
-from sweep.scenario.spec import check_mgwfbp_planner, resolve_structure
+from sweep.scenario.spec import check_mgwfbp_planner, check_point_shapes, resolve_structure
 from sweep.scenario.presets import DEFAULT_STRATEGY, PRESETS
 
 # Keys a fit may set: parameter name in the kernels, and the space it is fitted in.
@@ -196,6 +196,7 @@ def _check_point(row: Row) -> None:
     if point.get("compute.trace") is not None:
         trace_times(point["compute.trace"], model)
     check_mgwfbp_planner(point.__contains__, point.get, f"line {row.line}: ")
+    check_point_shapes(point, f"line {row.line}: ")
 
 
 def _source(name: str, given: frozenset, fitted_params: dict) -> int:

@@ -69,14 +69,14 @@ def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | No
     get the parameter part without that key."""
     out = {t: np.full(len(rows), np.nan) for t in targets}
     asked = []
-    for i, row in enumerate(rows):
+    for row in rows:
         wanted = {}
         for t in targets:
             if t == "allreduce_time" and row.message_bytes is not None:
                 wanted[t] = None
             elif t != "allreduce_time" and "model" in row.point and "batch_size" in row.point:
                 wanted[t] = None
-        asked.append(dataclasses.replace(row, targets=wanted, line=i))
+        asked.append(dataclasses.replace(row, targets=wanted))
     fitted, covariance = [], np.zeros((0, 0))
     if uncertainty is not None and uncertainty.get("covariance") is not None:
         names = list(uncertainty["fitted"])
@@ -103,9 +103,11 @@ def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | No
                 spread = np.exp(z * np.sqrt(parameters + float(uncertainty["residual_scale"]) ** 2))
             for t in targets:
                 out[f"{t}_low"], out[f"{t}_high"] = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    position = {id(row): i for i, row in enumerate(asked)}  # rows keep their data line for error messages
     for j, ((row, target), value) in enumerate(zip(observations, pred)):
-        out[target][row.line] = value
+        i = position[id(row)]
+        out[target][i] = value
         if uncertainty is not None:
-            out[f"{target}_low"][row.line] = value / spread[j]
-            out[f"{target}_high"][row.line] = value * spread[j]
+            out[f"{target}_low"][i] = value / spread[j]
+            out[f"{target}_high"][i] = value * spread[j]
     return out

@@ -404,6 +404,17 @@ def check_mgwfbp_planner(given, value_of, where: str = "") -> None:
                                             "bandwidth")
 
 
+def check_point_shapes(point: Mapping[str, object], where: str = "") -> None:
+    """The DAG-shape rules of a scenario (`_check_shapes`) for one
+    configuration given by its keys, e.g. a data row (`where`: a prefix for
+    the reason, such as its line), so calibrate and predict refuse what a
+    sweep refuses."""
+    try:
+        _check_shapes(Spec(dict(point), (), ()))
+    except SpecError as err:
+        raise SpecError(err.key, err.value, f"{where}{err.reason}") from None
+
+
 def _check_shapes(spec: Spec) -> None:
     """The DAG shapes of DESIGN 2.5 that do not combine."""
     algorithms = possible_values(spec, "algorithm")
