@@ -16,15 +16,17 @@ How the seven methods map onto the model (`scenario_keys`):
                                       parameters merged)
   ByteScheduler-A2A  strategy wfbp    per tensor, as WFBP-A2A (tasks a and b), or
                                       strategy priority, update layerwise: ByteScheduler's
-                                      partitions (its default 1,000,000 parameters, 4 MB),
-                                      credit (16 MB), priority order and overlap with the
-                                      next forward pass (task c sets both side by side)
+                                      partitions and credit as its launcher set them
+                                      (16 MB, 64 MB: `BYTESCHEDULER_A2A`), priority order
+                                      and overlap with the next forward pass (task c sets
+                                      both side by side)
   BSP-PS, WFBP-PS    strategy bsp / wfbp, algorithm ps (BytePS: S = nodes servers
                      on machines of their own) with ps.pipelined, as BytePS streams
                      tensor partitions through local reduce, push and pull; push/pull
                      at a bandwidth of their own (`ps.bandwidth`, fitted when the
                      training rows hold multi-node PS rows: `fit_keys`)
-  ByteScheduler-PS   as WFBP-PS, or with the priority strategy (task c)
+  ByteScheduler-PS   as WFBP-PS: BytePS with scheduling at the servers, whose update
+                     is a barrier (not ByteScheduler's layer-wise plugin)
 The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `nccl`:
 NCCL's ring with its LL, LL128 and Simple protocols, the fastest for each
 bucket (kernels/nccl.py); it replaced `rhd` with the inter link's latency
@@ -135,9 +137,24 @@ MGWFBP_PLANNER = {  # workers -> (alpha [s], beta [s/byte])
 }
 MGWFBP_MIN_PARAMS = 8192
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "update", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params",
+           "ps.pipelined", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params",
            "compute.measured_throughput", "throughput")
 BYTESCHEDULER = ("ByteScheduler-A2A", "ByteScheduler-PS")
+# ByteScheduler-A2A as the measured code ran it (ddl-benchmarks
+# bytescheduler/horovod_mpi_cj.sh): ByteScheduler's PyTorch
+# ScheduledOptimizer, whose forward pre-hooks wait for each layer's update
+# (update = "layerwise"), with BYTESCHEDULER_PARTITION = 4,000,000 and
+# BYTESCHEDULER_CREDIT = 16,000,000 *parameters* (its core counts a tensor's
+# elements: bytescheduler/pytorch/horovod_task.py `_tensor_size`), float32:
+# 16 MB partitions and a 64 MB credit, credit tuning off. (Its own defaults,
+# 1,000,000 and 4,000,000 parameters, were this mapping's before: README.)
+# ByteScheduler-PS is not that plugin: byteps/launch.sh with bytescheduler=1
+# runs BytePS's own DistributedOptimizer, whose step() waits for every
+# push/pull (an update barrier, which the priority strategy does not
+# describe), with scheduling at the servers (BYTEPS_SERVER_ENABLE_SCHEDULE):
+# it keeps WFBP-PS's mapping in both.
+BYTESCHEDULER_A2A = {"strategy": "priority", "update": "layerwise", "partition_bytes": 16_000_000,
+                     "credit_bytes": 64_000_000.0}
 FULL = FitOptions()
 QUICK = FitOptions(starts=2, steps=300, polish=100)
 
@@ -167,16 +184,15 @@ def load(path: Path) -> tuple[list[dict], dict[str, float]]:
 
 def scenario_keys(record: dict, single: dict[str, float], priority: bool = False) -> dict:
     """The scenario of one measured configuration (the mapping in the docstring);
-    `priority` maps the ByteScheduler methods onto the priority strategy."""
+    `priority` maps ByteScheduler-A2A onto the priority strategy."""
     strategy, family = METHODS[record["method"]]
-    update = ""
-    if priority and record["method"] in BYTESCHEDULER:
-        strategy, update = "priority", "layerwise"
     keys = {"model": record["dnn"], "batch_size": int(record["batch_size"]),
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
-            "algorithm": ALLREDUCE, "ps.pipelined": "", "update": update,
+            "algorithm": ALLREDUCE, "ps.pipelined": "", "update": "", "partition_bytes": "", "credit_bytes": "",
             "compute.measured_throughput": single[record["dnn"]]}
+    if priority and record["method"] == "ByteScheduler-A2A":
+        keys.update(BYTESCHEDULER_A2A)
     if family == "ps" and record["nodes"] > 1:
         keys.update({"algorithm": "ps", "ps.pipelined": "true"})
     keys.update({"mgwfbp.alpha": "", "mgwfbp.bandwidth": "", "mgwfbp.min_params": ""})
