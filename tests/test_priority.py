@@ -188,3 +188,57 @@ def test_bytescheduler_presets_bring_the_layerwise_update(cli, write_spec, tmp_p
         for preset, algorithm in (("bytescheduler", "ring"), ("bytescheduler-ps", "ps")):
             np.testing.assert_allclose(a["iteration_time"].sel(preset=preset).values,
                                        b["iteration_time"].sel(algorithm=algorithm).values, rtol=1e-6)
+
+
+def test_sensitivity_is_the_derivative_of_the_sweep():
+    """d(iteration_time)/d(inter.bandwidth) of a priority sweep against a
+    central difference of `run` (the order is held; the durations carry
+    the derivative), on a link slow enough that the channel is exposed."""
+    import sweep
+
+    spec = {**BASE, **PRIORITY, "nodes": 4, "inter": {"alpha": 4e-5, "bandwidth": 1e8},
+            "outputs": ["iteration_time", "d_iteration_time/d_inter.bandwidth"]}
+    got = float(sweep.run(spec)["d_iteration_time_d_inter.bandwidth"])
+    h = 0.01
+    times = [float(sweep.run({**spec, "inter": {"alpha": 4e-5, "bandwidth": 1e8 * s},
+                              "outputs": ["iteration_time"]})["iteration_time"]) for s in (1 + h, 1 - h)]
+    numeric = (times[0] - times[1]) / (2 * h * 1e8)
+    assert got < 0
+    assert got == pytest.approx(numeric, rel=0.03)
+
+
+def test_calibrate_and_predict_priority_rows(tmp_path, cli):
+    """Rows of the priority strategy, made by `run` at a known inter
+    bandwidth, train a fit that recovers it, and `predict` gives `run`'s
+    throughput for the held-out 8-node row."""
+    import csv
+    import tomllib
+
+    import sweep
+
+    true_bandwidth = 3e8
+    cube = sweep.run({**BASE, **PRIORITY, "nodes": [2, 4, 8], "inter": {"alpha": 4e-5, "bandwidth": true_bandwidth},
+                      "outputs": ["throughput"]})
+    header = ["model", "batch_size", "nodes", "gpus_per_node", "strategy", "update", "partition_bytes",
+              "credit_bytes", "throughput"]
+    rows = [[BASE["model"], BASE["batch_size"], n, BASE["gpus_per_node"], "priority", "layerwise",
+             PRIORITY["partition_bytes"], PRIORITY["credit_bytes"], float(cube["throughput"].sel(nodes=n))]
+            for n in (2, 4, 8)]
+    with open(tmp_path / "data.csv", "w", newline="") as f:
+        csv.writer(f).writerows([header, *rows[:2]])
+    with open(tmp_path / "query.csv", "w", newline="") as f:
+        csv.writer(f).writerows([header[:-1], rows[2][:-1]])
+    base = tmp_path / "base.toml"
+    intra = "\n".join(f"{k} = {v!r}" for k, v in BASE["intra"].items())
+    base.write_text(f"iterations = {BASE['iterations']}\n[intra]\n{intra}\n[inter]\nalpha = 4e-5\nbandwidth = 1e9\n"
+                    "[io]\nprefetch = false\ntime_per_sample = 2e-4\n")  # BASE's
+    fit = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", tmp_path / "data.csv", "--base", base, "--fit", "inter.bandwidth", "-o", fit,
+                         "--starts", "1", "--prior", "0")
+    assert status == 0, err
+    assert tomllib.loads(fit.read_text())["inter"]["bandwidth"] == pytest.approx(true_bandwidth, rel=1e-3)
+    status, _, err = cli("predict", fit, tmp_path / "query.csv", "-o", tmp_path / "pred.csv")
+    assert status == 0, err
+    with open(tmp_path / "pred.csv", newline="") as f:
+        predicted = float(next(csv.DictReader(f))["predicted_throughput"])
+    assert predicted == pytest.approx(rows[2][-1], rel=1e-3)
