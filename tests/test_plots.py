@@ -27,6 +27,22 @@ SCENARIOS = {
         gpus_per_node = 4
         strategy = "mgwfbp"
         """,
+    # ByteScheduler's partitions (comm[l]#k) and ZeRO-3's all-gathers and reduce-scatters on the timeline.
+    "priority": """
+        model = "alexnet"
+        batch_size = 32
+        nodes = 2
+        gpus_per_node = 2
+        preset = "bytescheduler"
+        partition_bytes = 8000000
+        """,
+    "zero3": """
+        model = "alexnet"
+        batch_size = 32
+        nodes = 2
+        gpus_per_node = 2
+        zero = 3
+        """,
 }
 
 
@@ -102,7 +118,7 @@ def test_trace_streams_are_named_and_never_overlap(timeline):
         by_kind.setdefault(e["cat"].split(",")[0], set()).add(e["tid"])
     assert all(len(tids) == 1 for tids in by_kind.values())  # one stream per kind
     assert by_kind["forward"] == by_kind["backward"] == by_kind["update"]
-    assert len({*names}) == 4 and {t for tids in by_kind.values() for t in tids} <= set(names)
+    assert set(names) == {t for tids in by_kind.values() for t in tids}  # every stream named has events
     # Complete events on one track must not overlap, or trace viewers mis-nest them.
     for tid in names:
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["tid"] == tid)
@@ -209,3 +225,23 @@ def test_plot_refuses_bad_input_and_writes_nothing(cli, cubes, tmp_path):
     assert_refused(*cli("plot", cubes[1], "-o", out, "--var", "nope")[::2], out)
     assert_refused(*cli("plot", cubes[1], "-o", tmp_path / "no" / "x.png")[::2], tmp_path / "no" / "x.png")
     assert_refused(*cli("plot", cubes[1], "-o", tmp_path / "x.txt")[::2], tmp_path / "x.txt")
+
+
+def test_trace_shows_partitions_gathers_and_scatters(timeline):
+    """What issue 10 asks the timeline to show: ByteScheduler's partitions,
+    each its own event, and ZeRO-3's all-gathers (before each layer's forward
+    and backward) next to its gradient reduce-scatters."""
+    doc, trace, _ = timeline
+    names = [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"]
+    comm = [n for n in names if n.startswith("comm[")]
+    gathers = [n for n in names if n.startswith("gather[")]
+    if doc["configuration"]["strategy"] == "priority":
+        layers = {n.split("#")[0] for n in comm}
+        assert all("#" in n for n in comm) and len(comm) > len(layers)  # some layer cut into several
+    else:
+        assert not any("#" in n for n in comm)
+    if doc["configuration"].get("zero") == 3:
+        assert {n.split(">")[1].split("@")[0] for n in gathers} == {"forward", "backward"}
+        assert comm  # the reduce-scatters of the gradients
+    else:
+        assert not gathers

@@ -16,11 +16,19 @@ STREAMS = {
     "input read (io)": (1, ("io",)),
     "host-to-device copy (h2d)": (2, ("h2d",)),
     "compute (forward, backward, update)": (3, ("forward", "backward", "update")),
-    "communication (all-reduce)": (4, ("comm",)),
+    "communication (all-reduce, reduce-scatter)": (4, ("comm",)),
+    "communication (all-gather)": (5, ("gather",)),  # ZeRO's parameter gathers: a channel of their own
 }
 THREAD_OF_KIND = {kind: tid for tid, kinds in STREAMS.values() for kind in kinds}
 PID = 1
 MICROSECONDS = 1e6
+
+
+def used_streams(doc: dict) -> dict[str, int]:
+    """Stream name -> thread id of the streams that carry some task (no
+    all-gather stream without ZeRO, no communication on one GPU)."""
+    kinds = {t["kind"] for t in doc["tasks"]}
+    return {stream: tid for stream, (tid, own) in STREAMS.items() if kinds & set(own)}
 
 
 def trace_events(doc: dict) -> dict:
@@ -29,7 +37,7 @@ def trace_events(doc: dict) -> dict:
     c = doc["configuration"]
     process = f"{doc['model']}: {c['workers']} GPU(s), {c['strategy']} / {c['algorithm']}"
     events: list[dict] = [{"name": "process_name", "ph": "M", "pid": PID, "tid": 0, "args": {"name": process}}]
-    for stream, (tid, _) in STREAMS.items():
+    for stream, tid in used_streams(doc).items():
         events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": stream}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid, "args": {"sort_index": tid}})
     for task in doc["tasks"]:

@@ -8,9 +8,10 @@ drawn opaque with a red band under them, the others faded.
 """
 from __future__ import annotations
 
+import math
 import os
 
-from sweep.report.chrome_trace import STREAMS
+from sweep.report.chrome_trace import STREAMS, used_streams
 from sweep.report.files import pyplot, save_figure
 
 KIND_COLORS = {
@@ -20,15 +21,22 @@ KIND_COLORS = {
     "backward": "#ff7f0e",
     "update": "#2ca02c",
     "comm": "#9467bd",
+    "gather": "#17becf",
 }
 CRITICAL_COLOR = "#d62728"
 MS = 1e3
 
 
 def steady_window(doc: dict) -> tuple[float, float, int]:
-    """(start, end, iteration) of the last unrolled iteration's steady-state window."""
-    updates = sorted((t for t in doc["tasks"] if t["kind"] == "update"), key=lambda t: t["iteration"])
-    return updates[-2]["finish"], updates[-1]["finish"], updates[-1]["iteration"]
+    """(start, end, iteration) of the last unrolled iteration's steady-state
+    window: from the previous iteration's last update to its own (a
+    layer-wise update has one per layer, so the last to finish)."""
+    done: dict[int, float] = {}
+    for t in doc["tasks"]:
+        if t["kind"] == "update":
+            done[t["iteration"]] = max(done.get(t["iteration"], -math.inf), t["finish"])
+    last = max(done)
+    return done[last - 1], done[last], last
 
 
 def plot_gantt(doc: dict, path: str | os.PathLike) -> None:
@@ -36,8 +44,9 @@ def plot_gantt(doc: dict, path: str | os.PathLike) -> None:
     plt = pyplot()
     start, end, iteration = steady_window(doc)
     critical = set(doc["critical_path"])
-    rows = list(STREAMS)  # top to bottom
-    row_of_kind = {kind: i for i, (_, kinds) in enumerate(STREAMS.values()) for kind in kinds}
+    rows = list(used_streams(doc))  # top to bottom
+    row_of_kind = {kind: rows.index(stream) for stream, (_, kinds) in STREAMS.items() if stream in rows
+                   for kind in kinds}
 
     shown = [t for t in doc["tasks"] if (t["finish"] > start and t["start"] < end)
              or (t["duration"] == 0 and start <= t["start"] <= end and t["iteration"] == iteration)]
@@ -53,7 +62,8 @@ def plot_gantt(doc: dict, path: str | os.PathLike) -> None:
                            edgecolor="white", linewidth=0.2)
             if is_critical:
                 ax.broken_barh(bars, (y + 0.36, 0.1), facecolors=CRITICAL_COLOR, linewidth=0)
-    _label_large_buckets(ax, shown, start, end, row_of_kind["comm"])
+    if "comm" in row_of_kind:
+        _label_large_buckets(ax, shown, start, end, row_of_kind["comm"])
     _note_prefetched_input(ax, doc, start, iteration, row_of_kind)
 
     ax.set_yticks(range(len(rows)), rows)
@@ -67,9 +77,10 @@ def plot_gantt(doc: dict, path: str | os.PathLike) -> None:
     ax.set_title(f"{doc['model']}: {c['workers']} GPU(s) x batch {c['batch_size']}, {c['strategy']} / "
                  f"{c['algorithm']}\none steady-state iteration {doc['iteration_time'] * MS:.2f} ms, "
                  f"efficiency {100 * b['scaling_efficiency']:.1f} %, bound by {b['bottleneck']}", fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()]
+    kinds = [k for k in KIND_COLORS if k in row_of_kind]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in kinds]
     handles.append(plt.Rectangle((0, 0), 1, 1, color=CRITICAL_COLOR))
-    ax.legend(handles, [*KIND_COLORS, "critical path"], ncol=7, fontsize=8,
+    ax.legend(handles, [*kinds, "critical path"], ncol=8, fontsize=8,
               loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
     save_figure(fig, path)
 
