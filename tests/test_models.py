@@ -61,6 +61,35 @@ def test_a_file_that_reproduces_a_zoo_model_gives_identical_cubes(cli, write_spe
             np.testing.assert_array_equal(own[var].values, zoo_cube[var].values, err_msg=f"{path}: {var}")
 
 
+def test_a_model_file_in_calibrate_and_predict_rows(cli, tmp_path, monkeypatch):
+    """Data rows may name a model file, relative to the data file (as a
+    scenario's is to the scenario): a fit on rows made by `run` with the
+    zoo's AlexNet recovers their inter bandwidth, and predict gives `run`'s
+    throughput for the held-out row."""
+    import sweep
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    export_json(cli, "alexnet", data_dir / "mine.json")
+    cube = sweep.run({"model": "alexnet", "batch_size": 32, "nodes": [2, 4, 8], "gpus_per_node": 2,
+                      "inter": {"alpha": 4e-5, "bandwidth": 3e8}, "outputs": ["throughput"]})
+    header = ["model", "batch_size", "nodes", "gpus_per_node", "throughput"]
+    row = {n: ["mine.json", 32, n, 2, float(cube["throughput"].sel(nodes=n))] for n in (2, 4, 8)}
+    for name, rows in (("train.csv", [row[2], row[4]]), ("query.csv", [row[8]])):
+        with open(data_dir / name, "w", newline="") as handle:
+            csv.writer(handle).writerows([header, *rows])
+    (tmp_path / "base.toml").write_text("[inter]\nalpha = 4e-5\nbandwidth = 1e9\n")
+    monkeypatch.chdir(tmp_path)  # not the data's folder
+    status, _, err = cli("calibrate", "data/train.csv", "--base", "base.toml", "--fit", "inter.bandwidth",
+                         "-o", "fit.toml", "--prior", "0")
+    assert status == 0, err
+    status, _, err = cli("predict", "fit.toml", "data/query.csv", "-o", "pred.csv")
+    assert status == 0, err
+    with open(tmp_path / "pred.csv", newline="") as handle:
+        predicted = float(next(csv.DictReader(handle))["predicted_throughput"])
+    assert predicted == pytest.approx(row[8][-1], rel=1e-4)
+
+
 def test_a_model_file_with_a_trace_and_in_explain(cli, write_spec, tmp_path):
     export_json(cli, "alexnet", tmp_path / "mine.json")
     trace = tmp_path / "trace.csv"
