@@ -137,8 +137,8 @@ MGWFBP_PLANNER = {  # workers -> (alpha [s], beta [s/byte])
 }
 MGWFBP_MIN_PARAMS = 8192
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params",
-           "compute.measured_throughput", "throughput")
+           "ps.pipelined", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha", "mgwfbp.bandwidth",
+           "mgwfbp.min_params", "compute.measured_throughput", "throughput")
 BYTESCHEDULER = ("ByteScheduler-A2A", "ByteScheduler-PS")
 # ByteScheduler-A2A as the measured code ran it (ddl-benchmarks
 # bytescheduler/horovod_mpi_cj.sh): ByteScheduler's PyTorch

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sweep.errors import SpecError
 from sweep.fit.measurements import detect, read_measurements
+from sweep.graph import zoo
 from sweep.scenario.schema import KEYS, canonical, check_value
-from sweep.graph.zoo.model_file import is_model_file
 from sweep.scenario.spec import read_fixed_keys
 
 TARGETS = ("throughput", "iteration_time", "allreduce_time")
@@ -127,7 +127,7 @@ def _cell(column: str, key: str, cell: str, line: int, folder: Path) -> object:
     except SpecError as err:
         raise SpecError(column, cell, f"line {line}: {err.reason}")
     # Files a row names (a layer trace, a model file) are relative to the data file, as a scenario's are to it.
-    if (key == "compute.trace" or (key == "model" and is_model_file(value))) and not os.path.isabs(value):
+    if (key == "compute.trace" or (key == "model" and zoo.is_model_file(value))) and not os.path.isabs(value):
         value = str(folder / value)
     return value
 

@@ -45,8 +45,7 @@ def plot_gantt(doc: dict, path: str | os.PathLike) -> None:
     start, end, iteration = steady_window(doc)
     critical = set(doc["critical_path"])
     rows = list(used_streams(doc))  # top to bottom
-    row_of_kind = {kind: rows.index(stream) for stream, (_, kinds) in STREAMS.items() if stream in rows
-                   for kind in kinds}
+    row_of_kind = {kind: i for i, stream in enumerate(rows) for kind in STREAMS[stream][1]}
 
     shown = [t for t in doc["tasks"] if (t["finish"] > start and t["start"] < end)
              or (t["duration"] == 0 and start <= t["start"] <= end and t["iteration"] == iteration)]
