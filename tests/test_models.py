@@ -209,3 +209,39 @@ def test_transformer_depth_sweeps_as_a_structural_key(cli, write_spec, tmp_path)
     # Compute grows with depth, by the blocks' FLOPs (embeddings and LM head are shared).
     assert compute[0] < compute[1] < compute[2]
     assert (compute[2] - compute[1]) == pytest.approx(2 * (compute[1] - compute[0]), rel=1e-4)
+
+
+def test_the_transformer_through_calibrate_predict_and_sensitivities(cli, tmp_path):
+    """Rows may describe transformers by their `transformer.*` columns: a fit
+    on rows made by `run` recovers their inter bandwidth and predicts the
+    held-out row, and the sweep's derivative equals a central difference."""
+    import sweep
+
+    shape = {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000}
+    base = {"model": "transformer", "seq_len": 128, "batch_size": 4, "gpus_per_node": 2, "transformer": shape,
+            "inter": {"alpha": 4e-5, "bandwidth": 3e8}}
+    cube = sweep.run({**base, "nodes": [2, 4, 8],
+                      "outputs": ["throughput", "iteration_time", "d_iteration_time/d_inter.bandwidth"]})
+    h = 0.02
+    times = [float(sweep.run({**base, "nodes": 8, "inter": {"alpha": 4e-5, "bandwidth": 3e8 * s},
+                              "outputs": ["iteration_time"]})["iteration_time"]) for s in (1 + h, 1 - h)]
+    derivative = float(cube["d_iteration_time_d_inter.bandwidth"].sel(nodes=8))
+    assert derivative < 0
+    assert derivative == pytest.approx((times[0] - times[1]) / (2 * h * 3e8), rel=0.03)
+
+    header = ["model", "seq_len", "batch_size", "nodes", "gpus_per_node",
+              *(f"transformer.{key}" for key in shape), "throughput"]
+    row = {n: ["transformer", 128, 4, n, 2, *shape.values(), float(cube["throughput"].sel(nodes=n))]
+           for n in (2, 4, 8)}
+    for name, rows in (("train.csv", [row[2], row[4]]), ("query.csv", [row[8]])):
+        with open(tmp_path / name, "w", newline="") as handle:
+            csv.writer(handle).writerows([header, *rows])
+    (tmp_path / "base.toml").write_text("[inter]\nalpha = 4e-5\nbandwidth = 1e9\n")
+    status, _, err = cli("calibrate", tmp_path / "train.csv", "--base", tmp_path / "base.toml",
+                         "--fit", "inter.bandwidth", "-o", tmp_path / "fit.toml", "--prior", "0")
+    assert status == 0, err
+    status, _, err = cli("predict", tmp_path / "fit.toml", tmp_path / "query.csv", "-o", tmp_path / "pred.csv")
+    assert status == 0, err
+    with open(tmp_path / "pred.csv", newline="") as handle:
+        predicted = float(next(csv.DictReader(handle))["predicted_throughput"])
+    assert predicted == pytest.approx(row[8][-1], rel=1e-4)

@@ -43,6 +43,18 @@ SCENARIOS = {
         gpus_per_node = 2
         zero = 3
         """,
+    # A parametric transformer (issue 10's fourth feature) on the timeline too.
+    "transformer": """
+        model = "transformer"
+        seq_len = 128
+        batch_size = 4
+        nodes = 2
+        gpus_per_node = 2
+        transformer.layers = 3
+        transformer.hidden = 256
+        transformer.heads = 4
+        transformer.vocab = 1000
+        """,
 }
 
 
