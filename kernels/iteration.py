@@ -23,7 +23,7 @@ from kernels.collectives import stage_costs
 from kernels.compute import compute_profile, input_times
 from kernels.memory import activation_bytes, model_state_bytes
 from kernels.parameters import Params
-from kernels.program import Context, run_program
+from kernels.program import Context, compute_durations, run_program
 from kernels.smooth import maximum
 
 def input_recursion(work, io, h2d, prefetch, iterations: int, temperature=None):
@@ -61,7 +61,7 @@ def context(dag, p, fixed_buckets=False, free=False) -> Context:
     temperature, width = p.max_temperature, p.switch_width
     return Context(compute=compute, comm=stage_costs(p), grad_bytes=p.grad_bytes, strategy=p.strategy,
                    threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
-                   credit=p.credit_bytes, planner=planner(p), fixed_buckets=fixed_buckets, free=free,
+                   credit=p.credit_bytes, planner=planner(p), floor=p.task_floor, fixed_buckets=fixed_buckets, free=free,
                    partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps)
 
 
@@ -97,6 +97,17 @@ def iteration_time(lowered, ctx: Context, work_override=None):
     return (run.finish(exits[-1]) - run.finish(exits[0])) / (iterations - 1), run
 
 
+def busy_compute(lowered, ctx: Context):
+    """Seconds of compute in one iteration [C]: every task's work times its
+    rate, each forward and backward task at least `ctx.floor`."""
+    if ctx.floor is None:
+        return sum(units * ctx.compute[cost] for cost, units in lowered.compute_units.items())
+    total = 0.0
+    for cost, coefs in lowered.compute_coefs.items():
+        total = total + jnp.sum(compute_durations(cost, jnp.asarray(np.asarray(coefs)[:, None], ctx.grad_bytes.dtype), ctx), 0)
+    return total
+
+
 def iteration_primaries(dag, p, fixed_buckets=False):
     """Iteration time, single-GPU (free communication) time, the busy time of
     compute, communication and input, and the samples per step, as [C]
@@ -105,7 +116,7 @@ def iteration_primaries(dag, p, fixed_buckets=False):
     lowered = dag.lowered
     ctx = context(dag, p, fixed_buckets)
     t, run = iteration_time(lowered, ctx)
-    compute_time = sum(units * ctx.compute[cost] for cost, units in lowered.compute_units.items())
+    compute_time = busy_compute(lowered, ctx)
     free_ctx = context(dag, p, fixed_buckets, free=True)
     if lowered.mode == "contracted" and lowered.free_by_compute:
         # With free communication the exit waits only for the compute chain.

@@ -100,6 +100,7 @@ class Params(Mapping):
     mgwfbp_alpha: Array | None = None  # s
     mgwfbp_bandwidth: Array | None = None  # bytes/s
     mgwfbp_min_params: Array | None = None  # parameters
+    task_floor: Array | None = None  # s: least time of a forward or backward task (unset: none)
     # fitting only: smooth-max temperature [s], smooth protocol steps [ln bytes]
     max_temperature: Array | None = None
     switch_width: Array | None = None

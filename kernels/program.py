@@ -36,6 +36,16 @@ from kernels.smooth import max_along, maximum
 from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, PRIORITY, switch_rule
 
 NEG = -jnp.inf
+FLOORED_COSTS = ("forward", "backward")  # the compute costs `Context.floor` bounds below
+
+
+def compute_durations(cost: str, coef, ctx) -> Any:
+    """Seconds of compute tasks of one cost row: their work (`coef`, [n, 1]
+    or scalar) times its rate, at least `ctx.floor` for forward and backward."""
+    d = coef * _row(ctx.compute[cost])
+    if ctx.floor is None or cost not in FLOORED_COSTS:
+        return d
+    return maximum(d, _row(ctx.floor), ctx.temperature)
 
 
 def _row(x):
@@ -45,7 +55,7 @@ def _row(x):
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["compute", "comm", "grad_bytes", "strategy", "threshold", "prefetch", "temperature",
-                                "width", "credit", "planner"], meta_fields=["fixed_buckets", "free", "partition_bytes",
+                                "width", "credit", "planner", "floor"], meta_fields=["fixed_buckets", "free", "partition_bytes",
                                                                  "priority_steps"])
 @dataclasses.dataclass(frozen=True)
 class Context:
@@ -61,6 +71,7 @@ class Context:
     width: Any = None
     credit: Any = None  # [C] bytes: the priority channel's credit
     planner: Any = None  # kernels.channel.Planner: mgwfbp's buckets as its implementation plans them
+    floor: Any = None  # [C] seconds: least time of a forward or backward task (None: none)
     fixed_buckets: bool = False
     free: bool = False  # communication costs nothing (the single-GPU reference)
     partition_bytes: float = 4_000_000.0  # the priority channel's largest partition
@@ -354,7 +365,7 @@ def _durations(seg, ctx, sent, program):
     if seg.cost is None:
         return jnp.zeros((len(seg), 1), dtype)
     if seg.cost not in COMM_COSTS:
-        return coef * _row(ctx.compute[seg.cost])
+        return compute_durations(seg.cost, coef, ctx)
     if ctx.free:
         return jnp.zeros((len(seg), 1), dtype)
     cost = ctx.comm[seg.cost]
@@ -366,7 +377,9 @@ def _durations(seg, ctx, sent, program):
 
 
 def _chain(program, seg, values, sent, ctx, needed, want_all):
-    linear = seg.cost is None or seg.cost not in COMM_COSTS
+    # A floor makes a compute chain's durations nonlinear in its rate: no lazy prefix sums then.
+    floored = ctx.floor is not None and seg.cost in FLOORED_COSTS
+    linear = seg.cost is None or (seg.cost not in COMM_COSTS and not floored)
     comm = seg.cost in COMM_COSTS
     if linear and seg.gates is None and not any(seg.inputs[1:]):
         scale = 0.0 if seg.cost is None else ctx.compute[seg.cost]
@@ -495,7 +508,7 @@ def _scan(program, seg, values, sent, ctx, want_all):
         for k, x in (("latency", ctx.comm[c].latency), ("per_byte", ctx.comm[c].per_byte),
                      *(("steps", y) for y in (ctx.comm[c].steps or ())))]
     shapes = [jnp.shape(ctx.grad_bytes), *(jnp.shape(ctx.compute[c]) for c in costs if c not in COMM_COSTS),
-              *comm_shapes, *(jnp.shape(e) for e in ext)]
+              *comm_shapes, *(jnp.shape(e) for e in ext), *([] if ctx.floor is None else [jnp.shape(ctx.floor)])]
     shape = jnp.broadcast_shapes(*shapes)
     dtype = jnp.result_type(ctx.grad_bytes)
     neg, zero = len(ext), len(ext) + 1
@@ -520,6 +533,8 @@ def _scan(program, seg, values, sent, ctx, want_all):
                     coef * ctx.grad_bytes, *comm[name], width=ctx.width)
             else:
                 value = coef * ctx.compute[name]
+                if ctx.floor is not None and name in FLOORED_COSTS:
+                    value = maximum(value, ctx.floor, temperature)
             d = jnp.where(ci == j, value, d)
         return d
 

@@ -17,7 +17,8 @@ TINY32 = np.finfo(np.float32).tiny
 
 
 def simulate(dag: Dag, units: dict, comm: dict, grad_bytes: float, strategy: str, threshold: float,
-             prefetch: bool, free: bool = False, tiny: float = np.finfo(np.float64).tiny, planner=None):
+             prefetch: bool, free: bool = False, tiny: float = np.finfo(np.float64).tiny, planner=None,
+             floor: float = 0.0):
     """(finish [T], duration [T], sent {policy task id: bytes}).
 
     `units[cost]` is seconds per unit of a compute cost row, `comm[cost]`
@@ -25,7 +26,8 @@ def simulate(dag: Dag, units: dict, comm: dict, grad_bytes: float, strategy: str
     cost nothing. `planner` (alpha, per_byte, min_bytes): mgwfbp decides its
     buckets on a channel of its own that costs alpha + per_byte * bytes per
     bucket (alpha None: the true channel), and never sends a bucket of fewer
-    than min_bytes but at the last slot."""
+    than min_bytes but at the last slot. Every forward and backward task
+    lasts at least `floor` seconds."""
     preds = dag.predecessors()
     finish = np.zeros(len(dag.tasks))
     duration = np.zeros(len(dag.tasks))
@@ -85,6 +87,8 @@ def simulate(dag: Dag, units: dict, comm: dict, grad_bytes: float, strategy: str
             d = 0.0
         elif t.cost in units:
             d = t.coef * units[t.cost]
+            if t.cost in ("forward", "backward"):
+                d = max(d, floor)
         else:
             d = cost_of(t.cost, t.coef * grad_bytes)
         duration[t.id] = d

@@ -15,7 +15,7 @@ import pytest
 from kernels.channel import Planner
 from kernels.codes import FIFO_STRATEGIES as STRATEGIES
 from kernels.collectives import CollectiveCost
-from kernels.iteration import context, iteration_outputs, lowered_schedule
+from kernels.iteration import busy_compute, context, iteration_outputs, lowered_schedule
 from kernels.iteration import iteration_time as eager_iteration_time
 from kernels.program import Context
 from oracle import iteration_time as oracle_time
@@ -80,6 +80,32 @@ def test_program_matches_the_oracle(shape):
             assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
             np.testing.assert_allclose(np.asarray(got_finish)[:, 0], finish, rtol=1e-12, atol=1e-12)
             assert {k: float(v[0]) for k, v in got_sent.items()} == pytest.approx(sent)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_a_least_task_time_matches_the_oracle(shape):
+    """`compute.task_floor`: every forward and backward task lasts at least
+    the floor, set between the shortest and the longest task so that it
+    lengthens some and not others; the busy compute time follows."""
+    params, forward, backward = small_model(2)
+    compiled = compile_model(params, forward, 4, shape, backward)
+    rng = np.random.default_rng(3)
+    for strategy in STRATEGIES:
+        units, comm, threshold, prefetch = random_costs(rng)
+        floor = float(np.median(forward) * units["forward"])
+        finish, duration, _ = simulate(compiled.dag, units, comm, 4.0, strategy, threshold, prefetch, floor=floor)
+        ctx = dataclasses.replace(make_context(units, comm, threshold, prefetch, strategy),
+                                  floor=jnp.array([floor]))
+        t, _ = iteration_time(compiled.lowered, ctx)
+        got_finish, _, _, _ = lowered_schedule(compiled.lowered, ctx)
+        assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
+        np.testing.assert_allclose(np.asarray(got_finish)[:, 0], finish, rtol=1e-12, atol=1e-12)
+        unfloored, _, _ = simulate(compiled.dag, units, comm, 4.0, strategy, threshold, prefetch)
+        assert oracle_time(compiled.dag, finish) > oracle_time(compiled.dag, unfloored)
+        one_iteration = [t.id for t in compiled.dag.tasks if t.iteration == 1 and t.cost in units
+                         and t.kind in ("forward", "backward", "update")]
+        assert float(busy_compute(compiled.lowered, ctx)[0]) == pytest.approx(duration[one_iteration].sum(),
+                                                                              rel=1e-12)
 
 
 @pytest.mark.parametrize("shape", [Shape(), Shape(update="layerwise"), Shape(pipelined=True)], ids=str)

@@ -113,7 +113,10 @@ def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.n
 
 # Starting values of fittable keys whose unset value (0) cannot start a log-space fit:
 # a number, or the parameter whose value they take when unset.
-UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5, "ps_bandwidth": "inter_bandwidth"}
+# A least task time starts at half a millisecond, within the range of light layers' times, where
+# it shapes some tasks and so has a gradient (far below every task it would have none).
+UNSET_START = {"intra_overhead": 1e-5, "inter_overhead": 1e-5, "ps_bandwidth": "inter_bandwidth",
+               "task_floor": 5e-4}
 
 
 def starting_values(fitted: list[str], groups: list[Group], options: FitOptions) -> np.ndarray:

@@ -81,6 +81,7 @@ class Lowered:
     body_offset: int  # contracted: id distance between iterations
     free_by_compute: bool  # with free communication the body's exit is its compute chain's sum
     compute_units: dict  # cost -> units per iteration, for compute_time
+    compute_coefs: dict  # cost -> each task's units in one iteration, for compute_time under a floor
 
 
 def lower(dag: Dag) -> Lowered:
@@ -93,11 +94,13 @@ def lower(dag: Dag) -> Lowered:
     h2d = [t.id for t in dag.tasks if t.kind == "h2d"]
     if not (len(exits) == len(io) == len(h2d) == iterations):
         raise LoweringError("each iteration needs one io, one h2d and one exit task")
-    units: dict[str, float] = {}
+    coefs: dict[str, list[float]] = {}
     for t in dag.tasks:
         if t.iteration == 1 and t.cost is not None and t.kind in ("forward", "backward", "update"):
-            units[t.cost] = units.get(t.cost, 0.0) + t.coef
-    common = dict(dag=dag, iterations=iterations, exits=exits, inputs=tuple(zip(io, h2d)), compute_units=units)
+            coefs.setdefault(t.cost, []).append(t.coef)
+    units = {cost: sum(c) for cost, c in coefs.items()}
+    common = dict(dag=dag, iterations=iterations, exits=exits, inputs=tuple(zip(io, h2d)), compute_units=units,
+                  compute_coefs={cost: tuple(c) for cost, c in coefs.items()})
     reason, entry = _contraction(dag, exits, io, h2d)
     if reason:
         program = _program(dag, [t.id for t in dag.tasks])

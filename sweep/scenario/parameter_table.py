@@ -31,6 +31,7 @@ PARAMETERS = (
     Parameter("compute.efficiency", "efficiency", None), Parameter("compute.b_half", "b_half"),
     Parameter("compute.bwd_ratio", "bwd_ratio"), Parameter("compute.measured_throughput", "measured_throughput"),
     Parameter("compute.update_bytes_per_param", "update_bytes_per_param"),
+    Parameter("compute.task_floor", "task_floor"),
     Parameter("io.time_per_sample", "io_time_per_sample"), Parameter("io.sample_bytes", "sample_bytes", None),
     Parameter("h2d.alpha", "h2d_alpha"), Parameter("h2d.bandwidth", "h2d_bandwidth"),
     *(Parameter(f"{t}.{f}", f"{t}_{f}", "linear" if f.endswith("exponent") else "log")

@@ -147,6 +147,12 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("compute.trace", str, None, "",
         "measured per-layer forward and backward times: CSV (layer, forward_time, backward_time) "
         "or PyTorch profiler Chrome trace JSON"),
+    # A host-bound framework launches a task's kernels no faster than this, however little the task
+    # computes: ByteScheduler's plugin polls in a Python thread that shares the interpreter with the
+    # training loop (bytescheduler/pytorch/horovod.py), and ResNet-50's many light layers then wait for it.
+    Key("compute.task_floor", float, None, "s",
+        "least time of a forward or backward task (unset: none; a host-bound framework's launch cost)",
+        minimum=0.0, maximum=MAX_SECONDS),
     Key("compute.update_bytes_per_param", float, 16.0, "bytes", "memory traffic of the update per parameter",
         positive=True, maximum=1e6),
     Key("io.time_per_sample", float, 1e-4, "s", "read and decode time per sample", minimum=0.0, maximum=MAX_SECONDS),
