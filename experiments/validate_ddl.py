@@ -14,12 +14,15 @@ How the seven methods map onto the model (`scenario_keys`):
                                       code plans them (`MGWFBP_PLANNER`: its own alpha-beta
                                       table by process count, tensors under 8,192
                                       parameters merged)
-  ByteScheduler-A2A  strategy wfbp    per tensor, as WFBP-A2A (tasks a and b), or
-                                      strategy priority, update layerwise: ByteScheduler's
-                                      partitions and credit as its launcher set them
-                                      (16 MB, 64 MB: `BYTESCHEDULER_A2A`), priority order
-                                      and overlap with the next forward pass (task c sets
-                                      both side by side)
+  ByteScheduler-A2A  strategy priority, update layerwise: ByteScheduler's partitions
+                                      and credit as its launcher set them (16 MB, 64 MB:
+                                      `BYTESCHEDULER_A2A`), priority order and overlap with
+                                      the next forward pass; each forward and backward task
+                                      at least `compute.task_floor`, fitted to its one-node
+                                      rows (`with_task_floor`: its plugin's Python poller).
+                                      Its rows inform that floor alone, never the links.
+                                      Task c also maps it as WFBP-A2A (per tensor), with
+                                      the same floor, side by side
   BSP-PS, WFBP-PS    strategy bsp / wfbp, algorithm ps (BytePS: S = nodes servers
                      on machines of their own) with ps.pipelined, as BytePS streams
                      tensor partitions through local reduce, push and pull; push/pull
@@ -91,6 +94,7 @@ import tomli_w
 from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
                    read_rows, require_data, run_fold, study_error, write_text)
 from sweep.fit import optimise
+from sweep.fit.validate import naive
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -123,10 +127,8 @@ PS_FIT = ("inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth", 
 # `_poll`): measured on one node, ResNet-50 runs at 0.65x WFBP-A2A with
 # nothing to wait for on PCIe, and at about 0.39 s per iteration from 4
 # to 16 GPUs. A least time per forward and backward task describes a host
-# that launches light layers no faster than that. Its rows alone take it:
-# where they train, the floor is fitted to them on the links the other
-# rows fit, and then held fixed in their rows (`with_task_floor`). Tried
-# and dropped (README): off unless `--task-floor`.
+# that launches light layers no faster than that. Its rows alone take it,
+# fitted to its one-node rows (`with_task_floor`); README: tried and kept.
 FLOOR_FIT = ("compute.task_floor",)
 FLOORED_METHODS = ("ByteScheduler-A2A",)
 METHODS = {  # method -> (strategy, family)
@@ -196,7 +198,7 @@ def load(path: Path) -> tuple[list[dict], dict[str, float]]:
     return rows, single
 
 
-def scenario_keys(record: dict, single: dict[str, float], priority: bool = False) -> dict:
+def scenario_keys(record: dict, single: dict[str, float], priority: bool = True) -> dict:
     """The scenario of one measured configuration (the mapping in the docstring);
     `priority` maps ByteScheduler-A2A onto the priority strategy."""
     strategy, family = METHODS[record["method"]]
@@ -226,7 +228,7 @@ def mgwfbp_planner(network: str, workers: int) -> tuple[float, float]:
     return table[nearest]
 
 
-def write_rows(path: Path, records: list[dict], single: dict, measured: bool, priority: bool = False) -> Path:
+def write_rows(path: Path, records: list[dict], single: dict, measured: bool, priority: bool = True) -> Path:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
@@ -244,23 +246,29 @@ def fit_keys(train: list[dict]) -> list[str]:
 
 
 def with_task_floor(rows: list, records: list[dict], fold: Fold, fitted: list[str], base: dict,
-                    options: FitOptions, methods: tuple[str, ...]) -> tuple[list, float | None]:
-    """`rows` with the least task time (`FLOOR_FIT`) of `methods` set in
-    their rows, and its value: fitted to their training rows on the links
-    that the other training rows fit (`fitted`). A key every row shares
-    (calibrate's rule) cannot be one that some rows read and others not, so
-    it takes two fits. Without such a training row: `rows`, None."""
-    floored = [i for i in fold.train if records[i]["method"] in methods]
-    if not floored:
-        return rows, None
-    others = [rows[i] for i in fold.train if records[i]["method"] not in methods]
-    links = optimise.fit(others, fitted, base, options)
-    on_links = {**base, **links.line_rates, **links.values}
+                    options: FitOptions, methods: tuple[str, ...], wfbp_rows: list) -> tuple[list, Fold, float | None]:
+    """(rows, fold, floor): the least task time (`FLOOR_FIT`) of `methods`,
+    fitted to their one-node rows on the links that the fold's other
+    training rows fit, set in every row of theirs; and the fold without
+    their rows, which inform the floor alone. One-node rows are never held
+    out (every task predicts 8 GPUs or more), as the one-GPU rows that
+    give compute are not. The floor is fitted on the one-node rows as WFBP
+    maps them (`wfbp_rows`): a fit through the priority channel of three
+    models' unrolled programs outgrew this machine's memory while
+    compiling, and on one node, where PCIe hides the communication, the
+    two mappings differ little. Without such rows: rows, fold, None."""
+    one_node = [i for i, r in enumerate(records) if r["method"] in methods and r["nodes"] == 1]
+    if not one_node:
+        return rows, fold, None
+    assert not set(one_node) & set(fold.test)
+    train = tuple(i for i in fold.train if records[i]["method"] not in methods)
+    links = optimise.fit([rows[i] for i in train], fitted, base, options)
     (key,) = FLOOR_FIT
-    floor = float(optimise.fit([rows[i] for i in floored], [key], on_links, options).values[key])
+    floor = float(optimise.fit([wfbp_rows[i] for i in one_node], [key],
+                               {**base, **links.line_rates, **links.values}, options).values[key])
     out = [dataclasses.replace(row, point={**row.point, key: floor}, given=row.given | {key})
            if records[i]["method"] in methods else row for i, row in enumerate(rows)]
-    return out, floor
+    return out, Fold(fold.name, train, fold.test), floor
 
 
 def mapped_base(base_text: str, path: Path) -> dict:
@@ -275,7 +283,8 @@ def mapped_base(base_text: str, path: Path) -> dict:
 
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
-             data_name: str, priority: bool = False, folds=None, floored: tuple[str, ...] = (), **split) -> dict:
+             data_name: str, priority: bool = True, folds=None, floored: tuple[str, ...] = FLOORED_METHODS,
+             **split) -> dict:
     """One fold of `sweep.validate` (`split`: its make_folds arguments, or
     `folds` given) on the mapped rows; errors of the model and the baseline.
     The mapped rows live in a temporary folder: no copy of the data stays."""
@@ -283,19 +292,28 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
         data = write_rows(Path(folder) / "rows.csv", records, single, measured=True, priority=priority)
         base = mapped_base(base_text, Path(folder) / "base.toml")
         _, rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
+        wfbp_rows = rows
+        if priority and floored:
+            data = write_rows(Path(folder) / "wfbp_rows.csv", records, single, measured=True, priority=False)
+            _, wfbp_rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
     folds = folds or make_folds(rows, **split)
     assert all(f.train == folds[0].train for f in folds)  # one fit: pool the held-out rows
     fold = Fold(folds[0].name if len(folds) == 1 else f"fit {split.get('reference')}, predict the others",
                     folds[0].train, tuple(sorted(i for f in folds for i in f.test)))
     label = f"{data_name}: {fold.name}, mapped by experiments/validate_ddl.py"
     fitted = fit_keys([records[i] for i in fold.train])
-    rows, floor = with_task_floor(rows, records, fold, fitted, base, options, floored)
-    result = run_fold(rows, fold, fitted, base, options, label)
+    rows, link_fold, floor = with_task_floor(rows, records, fold, fitted, base, options, floored, wfbp_rows)
+    result = run_fold(rows, link_fold, fitted, base, options, label)
+    if link_fold is not fold:  # the ruler still reads every training row
+        train, by_line = [rows[i] for i in fold.train], {rows[i].line: rows[i] for i in fold.test}
+        for record in result.records:
+            record["naive"] = naive(train, by_line[record["line"]], record["target"])
+            record["naive_error"] = abs(record["naive"] / record["measured"] - 1)
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result.fit, label)
     write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)
     if floor is not None:
-        print(f"  {FLOOR_FIT[0]} (fitted first, to {', '.join(floored)})  {floor:.4g}", file=sys.stderr)
+        print(f"  {FLOOR_FIT[0]} (fitted to {', '.join(floored)} on one node)  {floor:.4g}", file=sys.stderr)
     test = [records[i] for i in fold.test]
     pick = lambda column: np.array([r[column] for r in result.records])  # noqa: E731
     return {"name": name, "test": test, "predicted": pick("predicted"), "naive": pick("naive"),
@@ -303,16 +321,15 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
             "inside": pick("inside"), "fit": result.fit, "task_floor": floor}
 
 
-def scale_out(records, single, out, options, base_text=BASE, data_name=DATA.name, floored=()):
+def scale_out(records, single, out, options, base_text=BASE, data_name=DATA.name):
     """(a) fit <= 8 GPUs, predict 16 and 32; naive: linear from 8 GPUs."""
-    return run_task("scale_out", records, single, out, options, base_text, data_name, split="gpus", cut=8,
-                    floored=floored)
+    return run_task("scale_out", records, single, out, options, base_text, data_name, split="gpus", cut=8)
 
 
-def cross_method(records, single, out, options, base_text=BASE, data_name=DATA.name, floored=()):
+def cross_method(records, single, out, options, base_text=BASE, data_name=DATA.name):
     """(b) fit WFBP-A2A, predict the other methods at >= 8 GPUs; naive: the WFBP-A2A throughput."""
     return run_task("cross_method", records, single, out, options, base_text, data_name, split="method",
-                    reference="WFBP-A2A", min_gpus=8, floored=floored)
+                    reference="WFBP-A2A", min_gpus=8)
 
 
 def bytescheduler(records, single, out, options, priority: bool, base_text=BASE, data_name=DATA.name):
@@ -356,7 +373,7 @@ def table(tasks: list[dict]) -> str:
         values = ", ".join(f"{k} = {fit.values[k]:.3g}" + (" (on its bound)" if k in fit.at_bound else "")
                            for k in fit.keys)
         if t["task_floor"] is not None:
-            values += f"; {FLOOR_FIT[0]} = {t['task_floor']:.3g} (fitted first, to {', '.join(FLOORED_METHODS)})"
+            values += f"; {FLOOR_FIT[0]} = {t['task_floor']:.3g} (fitted to {', '.join(FLOORED_METHODS)} on one node)"
         text += (f"\nFitted on {fit.observations} rows (median {pct(fit.median_relative_error)}, "
                  f"max {pct(fit.max_relative_error)} in-sample): {values}.\n")
     return text
@@ -379,9 +396,6 @@ def arguments(argv):
     parser.add_argument("--data", type=Path, default=DATA, help="measurements in the 10GbE file's format")
     parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
                                                   "10GbE cluster's GPU and links)")
-    parser.add_argument("--task-floor", action="store_true",
-                        help="give ByteScheduler-A2A rows a least task time, fitted to them where they train "
-                             "(tried and dropped: README)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
@@ -394,9 +408,8 @@ def main(argv=None) -> int:
     records, single = load(args.data)
     base_text = args.base.read_text() if args.base else BASE
     options = QUICK if args.quick else FULL
-    floored = FLOORED_METHODS if args.task_floor else ()
-    tasks = [scale_out(records, single, args.out, options, base_text, args.data.name, floored),
-             cross_method(records, single, args.out, options, base_text, args.data.name, floored),
+    tasks = [scale_out(records, single, args.out, options, base_text, args.data.name),
+             cross_method(records, single, args.out, options, base_text, args.data.name),
              *(bytescheduler(records, single, args.out, options, priority, base_text, args.data.name)
                for priority in (False, True))]
     text = table(tasks)

@@ -40,17 +40,18 @@ def test_every_row_maps_to_a_valid_scenario():
             assert spec.fixed["algorithm"] == "ps" and spec.fixed["ps.pipelined"] is True
         else:
             assert spec.fixed["algorithm"] == "nccl"  # NCCL's ring and protocols
-    # ByteScheduler is predicted as the WFBP of its family
-    pick = {(r["method"], r["nodes"]): vd.scenario_keys(r, single) for r in records if r["dnn"] == "resnet50"}
+    # Task (c) also predicts ByteScheduler as the WFBP of its family
+    pick = {(r["method"], r["nodes"]): vd.scenario_keys(r, single, priority=False)
+            for r in records if r["dnn"] == "resnet50"}
     for family in ("A2A", "PS"):
         a, b = pick[(f"ByteScheduler-{family}", 4)], pick[(f"WFBP-{family}", 4)]
         assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
-        # ... or, for task (c), ByteScheduler-A2A as the priority strategy with layer-wise updates and
+        # ... and by default ByteScheduler-A2A as the priority strategy with layer-wise updates and
         # the launcher's partition and credit (4 and 16 million float32 parameters); ByteScheduler-PS
         # ran BytePS's own optimizer (an update barrier) and keeps WFBP-PS's mapping
         records_4 = [r for r in records if r["dnn"] == "resnet50" and r["nodes"] == 4]
         record = next(r for r in records_4 if r["method"] == f"ByteScheduler-{family}")
-        keys = vd.scenario_keys(record, single, priority=True)
+        keys = vd.scenario_keys(record, single)
         if family == "A2A":
             assert keys["strategy"] == "priority" and keys["update"] == "layerwise"
             assert (keys["partition_bytes"], keys["credit_bytes"]) == (16_000_000, 64_000_000)
@@ -81,6 +82,49 @@ def test_ps_bandwidth_is_fitted_only_where_multi_node_ps_rows_train():
     assert "ps.bandwidth" in vd.PS_FIT and "inter.large_bandwidth" in vd.PS_FIT
     assert vd.fit_keys([row("WFBP-A2A", 2), row("BSP-PS", 1)]) == list(vd.FIT)  # one node: a local all-reduce
     assert vd.fit_keys([row("WFBP-A2A", 8)]) == list(vd.FIT)
+
+
+@needs_data
+def test_bytescheduler_a2a_rows_inform_only_their_floor(tmp_path, monkeypatch):
+    """The plumbing of `with_task_floor` (the fits stubbed): the links are
+    fitted on the training rows without ByteScheduler-A2A; the floor on its
+    one-node rows alone, as WFBP maps them, on those links; then every
+    ByteScheduler-A2A row carries it, and none of them trains the links.
+    The held-out rows stay as they were."""
+    from sweep import make_folds, read_rows
+    vd = module()
+    records, single = vd.load(vd.DATA)
+    base = vd.mapped_base(vd.BASE, tmp_path / "base.toml")
+    rows, wfbp_rows = ([*read_rows(vd.write_rows(tmp_path / f"{p}.csv", records, single, True, priority=p),
+                                   dict(base), labels=("method",))[1]] for p in (True, False))
+    fold = make_folds(rows, split="gpus", cut=8)[0]
+    calls = []
+
+    class Fitted:
+        def __init__(self, fitted):
+            self.values = {k: (1.5e-3 if k == "compute.task_floor" else 7.0) for k in fitted}
+            self.line_rates = {}
+
+    def fake_fit(fit_rows, fitted, fit_base, options):
+        calls.append((fit_rows, list(fitted), fit_base))
+        return Fitted(fitted)
+
+    monkeypatch.setattr(vd.optimise, "fit", fake_fit)
+    out, link_fold, floor = vd.with_task_floor(rows, records, fold, list(vd.FIT), base, vd.QUICK,
+                                               vd.FLOORED_METHODS, wfbp_rows)
+    scheduler = {i for i, r in enumerate(records) if r["method"] == "ByteScheduler-A2A"}
+    (link_rows, link_keys, _), (floor_rows, floor_keys, floor_base) = calls
+    assert link_keys == list(vd.FIT) and floor_keys == ["compute.task_floor"]
+    assert link_rows == [rows[i] for i in fold.train if i not in scheduler]
+    one_node = sorted(i for i in scheduler if records[i]["nodes"] == 1)
+    assert len(one_node) == 3 and floor_rows == [wfbp_rows[i] for i in one_node]
+    assert all(r.point["strategy"] == "wfbp" for r in floor_rows)
+    assert floor_base["inter.bandwidth"] == 7.0  # on the fitted links
+    assert floor == 1.5e-3 and link_fold.test == fold.test and not set(link_fold.train) & scheduler
+    for i, row in enumerate(out):
+        assert (row.point.get("compute.task_floor") == 1.5e-3) == (i in scheduler)
+        assert row.point["strategy"] == ("priority" if i in scheduler else rows[i].point["strategy"])
+    assert vd.with_task_floor(rows, records, fold, list(vd.FIT), base, vd.QUICK, (), wfbp_rows) == (rows, fold, None)
 
 
 def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
