@@ -250,18 +250,23 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, fitted: list[st
     """(rows, fold, floor): the least task time (`FLOOR_FIT`) of `methods`,
     fitted to their one-node rows on the links that the fold's other
     training rows fit, set in every row of theirs; and the fold without
-    their rows, which inform the floor alone. One-node rows are never held
-    out (every task predicts 8 GPUs or more), as the one-GPU rows that
-    give compute are not. The floor is fitted on the one-node rows as WFBP
-    maps them (`wfbp_rows`): a fit through the priority channel of three
-    models' unrolled programs outgrew this machine's memory while
+    their rows, which inform the floor alone. One-node rows are not held
+    out here (every task predicts 8 GPUs or more, on 4 GPUs per node), as
+    the one-GPU rows that give compute are not; one that a task holds out
+    does not inform the floor. The floor is fitted on the one-node rows as
+    WFBP maps them (`wfbp_rows`): a fit through the priority channel of
+    three models' unrolled programs outgrew this machine's memory while
     compiling, and on one node, where PCIe hides the communication, the
-    two mappings differ little. Without such rows: rows, fold, None."""
-    one_node = [i for i, r in enumerate(records) if r["method"] in methods and r["nodes"] == 1]
-    if not one_node:
+    two mappings differ little. Without such rows the floor is None and
+    their rows, unfloored, still train nothing; without `methods`: rows,
+    fold, None."""
+    if not methods:
         return rows, fold, None
-    assert not set(one_node) & set(fold.test)
     train = tuple(i for i in fold.train if records[i]["method"] not in methods)
+    held_out = set(fold.test)
+    one_node = [i for i, r in enumerate(records) if r["method"] in methods and r["nodes"] == 1 and i not in held_out]
+    if not one_node:
+        return rows, Fold(fold.name, train, fold.test), None
     links = optimise.fit([rows[i] for i in train], fitted, base, options)
     (key,) = FLOOR_FIT
     floor = float(optimise.fit([wfbp_rows[i] for i in one_node], [key],

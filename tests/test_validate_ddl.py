@@ -125,6 +125,13 @@ def test_bytescheduler_a2a_rows_inform_only_their_floor(tmp_path, monkeypatch):
         assert (row.point.get("compute.task_floor") == 1.5e-3) == (i in scheduler)
         assert row.point["strategy"] == ("priority" if i in scheduler else rows[i].point["strategy"])
     assert vd.with_task_floor(rows, records, fold, list(vd.FIT), base, vd.QUICK, (), wfbp_rows) == (rows, fold, None)
+    # Without one-node rows to tell the floor, the method's rows get none and still train nothing.
+    several = [r if r["nodes"] > 1 else {**r, "method": "WFBP-A2A"} for r in records]
+    calls.clear()
+    out, link_fold, floor = vd.with_task_floor(rows, several, fold, list(vd.FIT), base, vd.QUICK,
+                                               vd.FLOORED_METHODS, wfbp_rows)
+    assert floor is None and out == rows and not calls
+    assert not {i for i in link_fold.train if several[i]["method"] == "ByteScheduler-A2A"}
 
 
 def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
