@@ -94,7 +94,6 @@ import tomli_w
 from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
                    read_rows, require_data, run_fold, study_error, write_text)
 from sweep.fit import optimise
-from sweep.fit.validate import naive
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -308,12 +307,8 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     label = f"{data_name}: {fold.name}, mapped by experiments/validate_ddl.py"
     fitted = fit_keys([records[i] for i in fold.train])
     rows, link_fold, floor = with_task_floor(rows, records, fold, fitted, base, options, floored, wfbp_rows)
-    result = run_fold(rows, link_fold, fitted, base, options, label)
-    if link_fold is not fold:  # the ruler still reads every training row
-        train, by_line = [rows[i] for i in fold.train], {rows[i].line: rows[i] for i in fold.test}
-        for record in result.records:
-            record["naive"] = naive(train, by_line[record["line"]], record["target"])
-            record["naive_error"] = abs(record["naive"] / record["measured"] - 1)
+    # The ruler still reads every training row.
+    result = run_fold(rows, link_fold, fitted, base, options, label, ruler=fold.train)
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result.fit, label)
     write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)

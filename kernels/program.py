@@ -39,13 +39,18 @@ NEG = -jnp.inf
 FLOORED_COSTS = ("forward", "backward")  # the compute costs `Context.floor` bounds below
 
 
-def compute_durations(cost: str, coef, ctx) -> Any:
-    """Seconds of compute tasks of one cost row: their work (`coef`, [n, 1]
-    or scalar) times its rate, at least `ctx.floor` for forward and backward."""
-    d = coef * _row(ctx.compute[cost])
+def floored(cost: str, d, ctx) -> Any:
+    """Compute durations `d` of one cost row ([n, C] or [C]), at least
+    `ctx.floor` where the row is forward or backward."""
     if ctx.floor is None or cost not in FLOORED_COSTS:
         return d
-    return maximum(d, _row(ctx.floor), ctx.temperature)
+    return maximum(d, lead(ctx.floor, jnp.ndim(d)), ctx.temperature)
+
+
+def compute_durations(cost: str, coef, ctx) -> Any:
+    """Seconds of compute tasks of one cost row: their work (`coef`, [n, 1]
+    or scalar) times its rate, floored (`floored`)."""
+    return floored(cost, coef * _row(ctx.compute[cost]), ctx)
 
 
 def _row(x):
@@ -532,9 +537,7 @@ def _scan(program, seg, values, sent, ctx, want_all):
                 value = jnp.zeros(shape, dtype) if ctx.free else allreduce_time(
                     coef * ctx.grad_bytes, *comm[name], width=ctx.width)
             else:
-                value = coef * ctx.compute[name]
-                if ctx.floor is not None and name in FLOORED_COSTS:
-                    value = maximum(value, ctx.floor, temperature)
+                value = floored(name, coef * ctx.compute[name], ctx)
             d = jnp.where(ci == j, value, d)
         return d
 

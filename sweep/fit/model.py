@@ -153,15 +153,12 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
     for key, members in buckets.items():
         rows_here = [observations[i][0] for i in members]
         per_row = [row_params(r.point, extended) for r in rows_here]
-        if "task_floor" in fitted_params:  # present when fitted (set only then: a floor costs the lazy chains)
-            for q in per_row:
-                q.setdefault("task_floor", np.zeros(1))
-        # Optional fields set in some rows only: the others get the value that means "unset"
+        # Optional fields set in some rows only, or fitted: the others get the value that means "unset"
         # (sequential ps; mgwfbp planned with the true costs, no floor; nccl's hop ratios, read by nccl rows
-        # only; no least task time).
+        # only; no least task time, present only when set or fitted, since a floor costs the lazy chains).
         for name, unset in (("ps_pipelined", 0.0), ("mgwfbp_alpha", np.nan), ("mgwfbp_bandwidth", np.nan),
                             ("mgwfbp_min_params", 0.0), ("nccl_pci", 0.0), ("task_floor", 0.0)):
-            if any(name in q for q in per_row):
+            if name in fitted_params or any(name in q for q in per_row):
                 for q in per_row:
                     q.setdefault(name, np.full(1, unset))
         names = per_row[0].keys()

@@ -172,10 +172,12 @@ def naive(train: list[Row], row: Row, target: str) -> float:
 
 
 def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options: FitOptions,
-             label: str = "") -> FoldResult:
+             label: str = "", ruler: Sequence[int] | None = None) -> FoldResult:
     """Fit `fitted` on the fold's training rows, predict its held-out rows
-    and their naive baseline (`naive`): one FoldResult."""
+    and their naive baseline (`naive`, from the rows `ruler` names, else the
+    same training rows): one FoldResult."""
     train = [rows[i] for i in fold.train]
+    ruler_rows = train if ruler is None else [rows[i] for i in ruler]
     result = optimise.fit(train, fitted, base, options)
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
     values = {**result.line_rates, **result.values}
@@ -191,7 +193,7 @@ def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options
             if measured is None:
                 continue
             value = predicted[target][j]
-            baseline = naive(train, row, target)
+            baseline = naive(ruler_rows, row, target)
             records.append({
                 "fold": fold.name, "line": row.line, "method": method_of(row), "workers": workers(row),
                 "message_bytes": row.message_bytes, "target": target, "measured": measured,

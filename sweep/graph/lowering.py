@@ -80,8 +80,12 @@ class Lowered:
     entry: int | None  # contracted: the body's entry task (iteration 1)
     body_offset: int  # contracted: id distance between iterations
     free_by_compute: bool  # with free communication the body's exit is its compute chain's sum
-    compute_units: dict  # cost -> units per iteration, for compute_time
-    compute_coefs: dict  # cost -> each task's units in one iteration, for compute_time under a floor
+    compute_coefs: dict  # cost -> each task's units in one iteration, for compute_time
+
+    @property
+    def compute_units(self) -> dict:
+        """cost -> units per iteration (the sum of its tasks' units)."""
+        return {cost: sum(coefs) for cost, coefs in self.compute_coefs.items()}
 
 
 def lower(dag: Dag) -> Lowered:
@@ -98,8 +102,7 @@ def lower(dag: Dag) -> Lowered:
     for t in dag.tasks:
         if t.iteration == 1 and t.cost is not None and t.kind in ("forward", "backward", "update"):
             coefs.setdefault(t.cost, []).append(t.coef)
-    units = {cost: sum(c) for cost, c in coefs.items()}
-    common = dict(dag=dag, iterations=iterations, exits=exits, inputs=tuple(zip(io, h2d)), compute_units=units,
+    common = dict(dag=dag, iterations=iterations, exits=exits, inputs=tuple(zip(io, h2d)),
                   compute_coefs={cost: tuple(c) for cost, c in coefs.items()})
     reason, entry = _contraction(dag, exits, io, h2d)
     if reason:
