@@ -27,7 +27,9 @@ How the seven methods map onto the model (`scenario_keys`):
                      on machines of their own) with ps.pipelined, as BytePS streams
                      tensor partitions through local reduce, push and pull; push/pull
                      at a bandwidth of their own (`ps.bandwidth`, fitted when the
-                     training rows hold multi-node PS rows: `fit_keys`)
+                     training rows hold multi-node PS rows: `fit_keys`; else the
+                     inter line rate where the fitted links fill the wire:
+                     `PS_FILLS_WIRE`)
   ByteScheduler-PS   as WFBP-PS: BytePS with scheduling at the servers, whose update
                      is a barrier (not ByteScheduler's layer-wise plugin)
 The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `nccl`:
@@ -81,6 +83,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -129,6 +132,15 @@ PS_FIT = ("inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth", 
 # that launches light layers no faster than that. Its rows alone take it,
 # fitted to its one-node rows (`with_task_floor`); README: tried and kept.
 FLOOR_FIT = ("compute.task_floor",)
+# Where no multi-node PS row trains, nothing tells BytePS's push/pull bandwidth
+# (`ps.bandwidth`), and by default it runs at the collective library's. Where
+# that library already fills most of the wire (its fitted inter bandwidth at
+# least PS_FILLS_WIRE of the line rate), the wire, not the stack, limits, and
+# BytePS's push/pull runs at the line rate: every fit with PS rows puts it
+# there (1.28 GB/s on 10GbE's 1.25, against NCCL's 1.10-1.16). Below that
+# share the stack limits both alike (TCP on a faster fabric), and push/pull
+# keeps the collective's bandwidth. README: tried and kept.
+PS_FILLS_WIRE = 0.8
 FLOORED_METHODS = ("ByteScheduler-A2A",)
 METHODS = {  # method -> (strategy, family)
     "BSP-A2A": ("bsp", "a2a"), "WFBP-A2A": ("wfbp", "a2a"), "MG-WFBP": ("mgwfbp", "a2a"),
@@ -244,8 +256,43 @@ def fit_keys(train: list[dict]) -> list[str]:
     return list(FIT) + (list(PS_FIT) if has_ps else [])
 
 
-def with_task_floor(rows: list, records: list[dict], fold: Fold, fitted: list[str], base: dict,
-                    options: FitOptions, methods: tuple[str, ...], wfbp_rows: list) -> tuple[list, Fold, float | None]:
+def link_rows(records: list[dict], fold: Fold, methods: tuple[str, ...]) -> tuple[int, ...]:
+    """The fold's training rows that fit the links: all but those of `methods`."""
+    return tuple(i for i in fold.train if records[i]["method"] not in methods)
+
+
+def link_fit(rows: list, records: list[dict], fold: Fold, fitted: list[str], base: dict, options: FitOptions,
+             methods: tuple[str, ...]):
+    """The links fitted on the fold's training rows but those of `methods`
+    (ByteScheduler-A2A's, which inform its least task time alone), as a
+    callable that fits once, when first asked: what the floor and BytePS's
+    push/pull bandwidth are set on. `run_fold` refits the same rows."""
+    train = link_rows(records, fold, methods)
+    return functools.cache(lambda: optimise.fit([rows[i] for i in train], fitted, base, options))
+
+
+def ps_bandwidth_at_line_rate(records: list[dict], fold: Fold, fitted: list[str], links) -> float | None:
+    """BytePS's push/pull bandwidth for the held-out PS rows when no training
+    row tells it (`PS_FILLS_WIRE`): the inter line rate if the links
+    (`link_fit`) reach at least that share of it, else None (the
+    collective's bandwidth)."""
+    if "ps.bandwidth" in fitted or not any(METHODS[records[i]["method"]][1] == "ps" and records[i]["nodes"] > 1
+                                           for i in fold.test):
+        return None
+    rate = links().line_rates.get("inter.line_rate")
+    if rate is None or links().values["inter.bandwidth"] < PS_FILLS_WIRE * rate:
+        return None
+    return float(rate)
+
+
+def with_point(rows: list, key: str, value: float, which=lambda i: True) -> list:
+    """`rows` with `key` set to `value` (a given, not fitted, key) in those `which` picks."""
+    return [dataclasses.replace(row, point={**row.point, key: value}, given=row.given | {key}) if which(i) else row
+            for i, row in enumerate(rows)]
+
+
+def with_task_floor(rows: list, records: list[dict], fold: Fold, links, base: dict, options: FitOptions,
+                    methods: tuple[str, ...], wfbp_rows: list) -> tuple[list, Fold, float | None]:
     """(rows, fold, floor): the least task time (`FLOOR_FIT`) of `methods`,
     fitted to their one-node rows on the links that the fold's other
     training rows fit, set in every row of theirs; and the fold without
@@ -261,17 +308,15 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, fitted: list[st
     fold, None."""
     if not methods:
         return rows, fold, None
-    train = tuple(i for i in fold.train if records[i]["method"] not in methods)
+    train = link_rows(records, fold, methods)
     held_out = set(fold.test)
     one_node = [i for i, r in enumerate(records) if r["method"] in methods and r["nodes"] == 1 and i not in held_out]
     if not one_node:
         return rows, Fold(fold.name, train, fold.test), None
-    links = optimise.fit([rows[i] for i in train], fitted, base, options)
     (key,) = FLOOR_FIT
     floor = float(optimise.fit([wfbp_rows[i] for i in one_node], [key],
-                               {**base, **links.line_rates, **links.values}, options).values[key])
-    out = [dataclasses.replace(row, point={**row.point, key: floor}, given=row.given | {key})
-           if records[i]["method"] in methods else row for i, row in enumerate(rows)]
+                               {**base, **links().line_rates, **links().values}, options).values[key])
+    out = with_point(rows, key, floor, lambda i: records[i]["method"] in methods)
     return out, Fold(fold.name, train, fold.test), floor
 
 
@@ -306,7 +351,11 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
                     folds[0].train, tuple(sorted(i for f in folds for i in f.test)))
     label = f"{data_name}: {fold.name}, mapped by experiments/validate_ddl.py"
     fitted = fit_keys([records[i] for i in fold.train])
-    rows, link_fold, floor = with_task_floor(rows, records, fold, fitted, base, options, floored, wfbp_rows)
+    links = link_fit(rows, records, fold, fitted, base, options, floored)
+    rows, link_fold, floor = with_task_floor(rows, records, fold, links, base, options, floored, wfbp_rows)
+    ps_rate = ps_bandwidth_at_line_rate(records, fold, fitted, links)
+    if ps_rate is not None:
+        rows, base = with_point(rows, "ps.bandwidth", ps_rate), {**base, "ps.bandwidth": ps_rate}
     # The ruler still reads every training row.
     result = run_fold(rows, link_fold, fitted, base, options, label, ruler=fold.train)
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result.fit, label)
@@ -314,11 +363,14 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)
     if floor is not None:
         print(f"  {FLOOR_FIT[0]} (fitted to {', '.join(floored)} on one node)  {floor:.4g}", file=sys.stderr)
+    if ps_rate is not None:
+        print(f"  ps.bandwidth (no PS row trains; the links fill the wire)  {ps_rate:.4g}", file=sys.stderr)
     test = [records[i] for i in fold.test]
     pick = lambda column: np.array([r[column] for r in result.records])  # noqa: E731
     return {"name": name, "test": test, "predicted": pick("predicted"), "naive": pick("naive"),
             "measured": pick("measured"), "model_error": pick("model_error"), "naive_error": pick("naive_error"),
-            "inside": pick("inside"), "fit": result.fit, "task_floor": floor}
+            "inside": pick("inside"), "fit": result.fit, "task_floor": floor,
+            "ps_bandwidth": ps_rate}
 
 
 def scale_out(records, single, out, options, base_text=BASE, data_name=DATA.name):
@@ -374,6 +426,9 @@ def table(tasks: list[dict]) -> str:
                            for k in fit.keys)
         if t["task_floor"] is not None:
             values += f"; {FLOOR_FIT[0]} = {t['task_floor']:.3g} (fitted to {', '.join(FLOORED_METHODS)} on one node)"
+        if t["ps_bandwidth"] is not None:
+            values += (f"; ps.bandwidth = {t['ps_bandwidth']:.3g} (the inter line rate: no PS row trains, and the "
+                       f"links reach {PS_FILLS_WIRE:.0%} of it or more)")
         text += (f"\nFitted on {fit.observations} rows (median {pct(fit.median_relative_error)}, "
                  f"max {pct(fit.max_relative_error)} in-sample): {values}.\n")
     return text

@@ -110,7 +110,8 @@ def test_bytescheduler_a2a_rows_inform_only_their_floor(tmp_path, monkeypatch):
         return Fitted(fitted)
 
     monkeypatch.setattr(vd.optimise, "fit", fake_fit)
-    out, link_fold, floor = vd.with_task_floor(rows, records, fold, list(vd.FIT), base, vd.QUICK,
+    links = vd.link_fit(rows, records, fold, list(vd.FIT), base, vd.QUICK, vd.FLOORED_METHODS)
+    out, link_fold, floor = vd.with_task_floor(rows, records, fold, links, base, vd.QUICK,
                                                vd.FLOORED_METHODS, wfbp_rows)
     scheduler = {i for i, r in enumerate(records) if r["method"] == "ByteScheduler-A2A"}
     (link_rows, link_keys, _), (floor_rows, floor_keys, floor_base) = calls
@@ -124,14 +125,40 @@ def test_bytescheduler_a2a_rows_inform_only_their_floor(tmp_path, monkeypatch):
     for i, row in enumerate(out):
         assert (row.point.get("compute.task_floor") == 1.5e-3) == (i in scheduler)
         assert row.point["strategy"] == ("priority" if i in scheduler else rows[i].point["strategy"])
-    assert vd.with_task_floor(rows, records, fold, list(vd.FIT), base, vd.QUICK, (), wfbp_rows) == (rows, fold, None)
+    assert vd.with_task_floor(rows, records, fold, links, base, vd.QUICK, (), wfbp_rows) == (rows, fold, None)
     # Without one-node rows to tell the floor, the method's rows get none and still train nothing.
     several = [r if r["nodes"] > 1 else {**r, "method": "WFBP-A2A"} for r in records]
     calls.clear()
-    out, link_fold, floor = vd.with_task_floor(rows, several, fold, list(vd.FIT), base, vd.QUICK,
+    links = vd.link_fit(rows, several, fold, list(vd.FIT), base, vd.QUICK, vd.FLOORED_METHODS)
+    out, link_fold, floor = vd.with_task_floor(rows, several, fold, links, base, vd.QUICK,
                                                vd.FLOORED_METHODS, wfbp_rows)
     assert floor is None and out == rows and not calls
     assert not {i for i in link_fold.train if several[i]["method"] == "ByteScheduler-A2A"}
+
+
+def test_ps_push_pull_at_the_line_rate_only_where_no_ps_row_trains_and_the_links_fill_the_wire():
+    """`ps_bandwidth_at_line_rate`: the inter line rate for held-out
+    multi-node PS rows when no PS row trains and the fitted inter bandwidth
+    is at least PS_FILLS_WIRE of the line rate; otherwise None."""
+    from sweep import Fold
+    vd = module()
+    records = [{"method": "WFBP-A2A", "nodes": 2}, {"method": "BSP-PS", "nodes": 2}, {"method": "BSP-PS", "nodes": 1}]
+
+    class Links:
+        def __init__(self, bandwidth):
+            self.values, self.line_rates = {"inter.bandwidth": bandwidth}, {"inter.line_rate": 1.25e9}
+
+    fold = Fold("x", (0,), (1,))
+    rule = lambda bandwidth, fitted=list(vd.FIT), f=fold: vd.ps_bandwidth_at_line_rate(  # noqa: E731
+        records, f, fitted, lambda: Links(bandwidth))
+    assert rule(1.16e9) == 1.25e9  # 93 % of the wire: the wire limits
+    assert rule(vd.PS_FILLS_WIRE * 1.25e9) == 1.25e9
+    assert rule(0.79 * 1.25e9) is None  # the stack limits: the collective's bandwidth
+    assert rule(1.16e9, fitted=[*vd.FIT, *vd.PS_FIT]) is None  # PS rows train: fitted instead
+    assert rule(1.16e9, f=Fold("x", (0,), (2,))) is None  # a one-node PS row: a local all-reduce
+    asked = []
+    assert vd.ps_bandwidth_at_line_rate(records, Fold("x", (0,), (2,)), list(vd.FIT), lambda: asked.append(1)) is None
+    assert not asked  # no fit where nothing needs it
 
 
 def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
@@ -201,6 +228,10 @@ def test_quick_run_writes_table_and_predictions(tmp_path):
         doc = tomllib.loads((tmp_path / f"fit_{task}.toml").read_text())
         assert doc["gpu"]["name"] == "rtx2080ti" and set(doc["fit"]["fitted"]) == set(fitted)
         assert doc["inter"]["bandwidth"] > 0 and ("large_bandwidth" in doc["inter"]) == (task == "scale_out")
+    # where no PS row trains, push/pull at the line rate exactly when the fitted links fill the wire
+    doc = tomllib.loads((tmp_path / "fit_cross_method.toml").read_text())
+    fills = doc["inter"]["bandwidth"] >= vd.PS_FILLS_WIRE * doc["inter"]["line_rate"]
+    assert doc.get("ps", {}).get("bandwidth") == (doc["inter"]["line_rate"] if fills else None)
 
 
 def test_data_and_base_arguments(tmp_path):
@@ -233,4 +264,7 @@ def test_quick_run_on_a_copy_with_another_base(tmp_path):
     assert vd.main(["--quick", "--data", str(copy), "--base", str(base), "--out", str(out)]) == 0
     doc = tomllib.loads((out / "fit_scale_out.toml").read_text())
     assert doc["inter"]["name"] == "25gbe" and doc["inter"]["line_rate"] == 3.125e9
+    # 10GbE's rows fill well under 80 % of 25GbE's wire: push/pull keeps the collective's bandwidth
+    cross = tomllib.loads((out / "fit_cross_method.toml").read_text())
+    assert cross["inter"]["bandwidth"] < vd.PS_FILLS_WIRE * 3.125e9 and "bandwidth" not in cross.get("ps", {})
     assert "in-sample median" in (out / "table.md").read_text()
