@@ -43,7 +43,10 @@ measurements show no network cost there (BSP-PS is within 6 % of BSP-A2A on
 4 GPUs for every model). Every row's compute comes from
 the measured single-GPU throughput (`compute.measured_throughput`, the
 1-GPU rows); GPUs are RTX 2080 Ti, links start from the catalog's pcie3 and
-10gbe. The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link
+10gbe, the intra link's latency from NCCL's LL hop on PCIe (1 us:
+`nccl_intra_hop`). BERT is BertForPreTraining, as the benchmark code trains
+it (`MODELS`: the zoo's `bert_*_pretraining`, with the masked-LM and
+next-sentence heads). The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link
 (alpha, bandwidth), the inter link (alpha, bandwidth) and the software
 overhead of one all-reduce call on each (`FIT`), and where multi-node PS
 rows train, what only their push/pull reads (`PS_FIT`: the inter link's
@@ -69,7 +72,8 @@ single-gpu rows give each model's measured throughput); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs, pcie3 and 10gbe
 links, `BASE`), e.g. another GPU and network for another cluster; the
 mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
-does not set it (`mapped_base`). The folds
+does not set it, and NCCL's LL hop latency as `intra.alpha` to any base
+that names its intra link without one (`mapped_base`). The folds
 run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
@@ -96,7 +100,9 @@ import tomli_w
 
 from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
                    read_rows, require_data, run_fold, study_error, write_text)
+from kernels import nccl
 from sweep.fit import optimise
+from sweep.scenario import catalog
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -142,6 +148,10 @@ FLOOR_FIT = ("compute.task_floor",)
 # keeps the collective's bandwidth. README: tried and kept.
 PS_FILLS_WIRE = 0.8
 FLOORED_METHODS = ("ByteScheduler-A2A",)
+# The benchmark code trains BERT as Hugging Face's BertForPreTraining (ddl-benchmarks,
+# */bert_benchmark.py): its masked-LM and next-sentence heads on top of the encoder,
+# the decoder onto the vocabulary tied to the word embeddings. README: tried and kept.
+MODELS = {"bert_base": "bert_base_pretraining", "bert_large": "bert_large_pretraining"}
 METHODS = {  # method -> (strategy, family)
     "BSP-A2A": ("bsp", "a2a"), "WFBP-A2A": ("wfbp", "a2a"), "MG-WFBP": ("mgwfbp", "a2a"),
     "ByteScheduler-A2A": ("wfbp", "a2a"), "BSP-PS": ("bsp", "ps"), "WFBP-PS": ("wfbp", "ps"),
@@ -213,7 +223,7 @@ def scenario_keys(record: dict, single: dict[str, float], priority: bool = True)
     """The scenario of one measured configuration (the mapping in the docstring);
     `priority` maps ByteScheduler-A2A onto the priority strategy."""
     strategy, family = METHODS[record["method"]]
-    keys = {"model": record["dnn"], "batch_size": int(record["batch_size"]),
+    keys = {"model": MODELS.get(record["dnn"], record["dnn"]), "batch_size": int(record["batch_size"]),
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
             "algorithm": ALLREDUCE, "ps.pipelined": "", "update": "", "partition_bytes": "", "credit_bytes": "",
@@ -321,14 +331,28 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, links, base: di
 
 
 def mapped_base(base_text: str, path: Path) -> dict:
-    """The fixed keys under every row: the base's, and NCCL's tree latency
+    """The fixed keys under every row: the base's, NCCL's tree latency
     growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
-    itself. The growth belongs to the mapping of the all-to-all methods, not
-    to one network, so a `--base` for another network gets it too."""
+    itself, and, where the base names its intra link but not its latency,
+    that link's hop latency as NCCL's LL protocol has it (`nccl_intra_hop`).
+    Both belong to the mapping of the all-to-all methods, not to one
+    network, so a `--base` for another cluster gets them too."""
     path.write_text(base_text)
     base = read_base(path)
     base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
+    if "intra.name" in base:
+        base.setdefault("intra.alpha", nccl_intra_hop(base["intra.name"]))
     return base
+
+
+def nccl_intra_hop(link: str) -> float:
+    """NCCL's LL hop latency on the intra link `link` (seconds: 1.0 us on
+    PCIe, 0.47 us on NVLink; NVIDIA/nccl src/graph/tuning.cc, as
+    `kernels.nccl` has them). With `algorithm = "nccl"` a link's alpha *is*
+    its LL hop, and the catalog's (5 us for pcie3) is a point-to-point
+    message latency: as the intra link's start and prior centre, NCCL's
+    figure extrapolates better (README: tried and kept)."""
+    return (nccl.HOP_PCI[0] if catalog.is_pcie(link) else nccl.HOP_NVLINK[0]) * nccl.US
 
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,

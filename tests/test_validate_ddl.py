@@ -170,6 +170,29 @@ def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
     assert vd.mapped_base(vd.BASE, tmp_path / "c.toml")["inter.alpha_exponent"] == vd.TREE_ALPHA_EXPONENT
 
 
+def test_a_named_intra_link_starts_at_nccls_ll_hop_unless_the_base_sets_its_latency(tmp_path):
+    """NCCL's tuning figures (kernels.nccl): 1.0 us per LL hop on PCIe, 0.47 us
+    on NVLink; a base's own latency wins; no intra link named, nothing added."""
+    vd = module()
+    assert vd.mapped_base(vd.BASE, tmp_path / "a.toml")["intra.alpha"] == pytest.approx(1.0e-6, rel=1e-12)
+    nvlink = vd.mapped_base('intra = "nvlink2"\n', tmp_path / "b.toml")
+    assert nvlink["intra.alpha"] == pytest.approx(0.47e-6, rel=1e-12)
+    own = vd.mapped_base('[intra]\nname = "pcie3"\nalpha = 3e-6\n', tmp_path / "c.toml")
+    assert own["intra.alpha"] == 3e-6
+    assert "intra.alpha" not in vd.mapped_base('gpu = "v100"\n', tmp_path / "d.toml")
+
+
+def test_bert_rows_map_onto_bertforpretraining():
+    """The benchmark code trains Hugging Face's BertForPreTraining: BERT rows
+    name the zoo's `bert_*_pretraining`, ResNet-50 stays itself."""
+    vd = module()
+    single = {"bert_base": 212.8, "resnet50": 253.1}
+    row = {"method": "WFBP-A2A", "batch_size": "64", "seq_len": "64", "nodes": 2, "gpus_per_node": 4,
+           "gpus": 8, "network": "10gbe-tcp"}
+    assert vd.scenario_keys({**row, "dnn": "bert_base"}, single)["model"] == "bert_base_pretraining"
+    assert vd.scenario_keys({**row, "dnn": "resnet50", "seq_len": ""}, single)["model"] == "resnet50"
+
+
 def test_mgwfbp_rows_plan_with_the_codes_own_table():
     """MG-WFBP's planner: the 10GbE table on 10GbE (0.52 ms at 8 processes,
     the published constant), the InfiniBand one on any other network, the

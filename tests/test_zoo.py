@@ -20,6 +20,7 @@ from sweep.graph.zoo import (MODEL_NAMES, Layer, Model, UnknownModelError,
 CNNS = ("alexnet", "googlenet", "inception_v3", "resnet50", "resnet101",
         "resnet152", "vgg16")
 BERTS = ("bert_base", "bert_large")
+BERT_PRETRAINING = ("bert_base_pretraining", "bert_large_pretraining")
 GPT2S = ("gpt2", "gpt2_medium", "gpt2_large", "gpt2_xl")
 GPT3S = ("gpt3_1.3b", "gpt3_6.7b", "gpt3_13b")
 
@@ -34,6 +35,9 @@ PUBLISHED_PARAMS = {
     "inception_v3": 27_161_264,  # 23,834,568 without AuxLogits
     "bert_base": 109_482_240,
     "bert_large": 335_141_888,
+    # BertForPreTraining (decoder weight tied to the word embeddings).
+    "bert_base_pretraining": 110_106_428,
+    "bert_large_pretraining": 336_226_108,
     "gpt2": 124_439_808,
     "gpt2_medium": 354_823_168,
     "gpt2_large": 774_030_080,
@@ -90,7 +94,7 @@ def _is_aux(layer: Layer) -> bool:
 def test_model_names_exact():
     assert MODEL_NAMES == ("alexnet", "googlenet", "inception_v3", "resnet50",
                            "resnet101", "resnet152", "vgg16", "bert_base",
-                           "bert_large", "gpt2", "gpt2_medium", "gpt2_large",
+                           "bert_large", "bert_base_pretraining", "bert_large_pretraining", "gpt2", "gpt2_medium", "gpt2_large",
                            "gpt2_xl", "gpt3_1.3b", "gpt3_6.7b", "gpt3_13b")
 
 
@@ -173,6 +177,26 @@ def test_transformer_flops_per_token(name):
     expected = 2 * non_embedding + 4 * n_layers * s * hidden
     assert sum(l.forward_flops for l in body) / s == pytest.approx(expected, rel=0.01)
     assert len(model.layers) == (5 + 9 * n_layers if name in BERTS else 4 + 7 * n_layers)
+
+
+@pytest.mark.parametrize("name", BERT_PRETRAINING)
+def test_bert_pretraining_heads_on_the_encoder(name):
+    """BertForPreTraining = BertModel, then the masked-LM head on every token
+    (transform dense h x h + LayerNorm, decoder onto the vocabulary with its
+    weight tied to the word embeddings: the bias alone is new) and the
+    next-sentence classifier (h x 2) on the pooled token."""
+    encoder = get_model(name.removesuffix("_pretraining"), 64)
+    model = get_model(name, 64)
+    hidden, _, vocab, _ = TRANSFORMER_SHAPES[name.removesuffix("_pretraining")]
+    assert model.layers[:len(encoder.layers)] == encoder.layers
+    heads = {l.name: l for l in model.layers[len(encoder.layers):]}
+    assert list(heads) == ["cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                           "cls.predictions.decoder", "cls.seq_relationship"]
+    assert heads["cls.predictions.decoder"].params == vocab
+    assert heads["cls.predictions.decoder"].forward_flops == 2 * 64 * hidden * vocab
+    assert heads["cls.seq_relationship"].forward_flops == 2 * hidden * 2
+    assert model.params - encoder.params == (hidden * hidden + hidden) + 2 * hidden + vocab + (2 * hidden + 2)
+    assert model.seq_len == encoder.seq_len == 64
 
 
 @pytest.mark.parametrize("name", GPT2S + GPT3S)

@@ -47,6 +47,8 @@ _BUILDERS: dict[str, tuple[Callable[[int | None], Model], int | None]] = {
     "vgg16": (lambda _: vgg.build_vgg16(), None),
     "bert_base": (lambda s: bert.build("bert_base", s), bert.MAX_POSITIONS),
     "bert_large": (lambda s: bert.build("bert_large", s), bert.MAX_POSITIONS),
+    "bert_base_pretraining": (lambda s: bert.build("bert_base_pretraining", s), bert.MAX_POSITIONS),
+    "bert_large_pretraining": (lambda s: bert.build("bert_large_pretraining", s), bert.MAX_POSITIONS),
     "gpt2": (lambda s: gpt2.build("gpt2", s), gpt2.MAX_POSITIONS),
     "gpt2_medium": (lambda s: gpt2.build("gpt2_medium", s), gpt2.MAX_POSITIONS),
     "gpt2_large": (lambda s: gpt2.build("gpt2_large", s), gpt2.MAX_POSITIONS),
@@ -59,6 +61,8 @@ MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 _DEFAULT_SEQ_LEN = {
     "bert_base": bert.DEFAULT_SEQ_LEN,
     "bert_large": bert.DEFAULT_SEQ_LEN,
+    "bert_base_pretraining": bert.DEFAULT_SEQ_LEN,
+    "bert_large_pretraining": bert.DEFAULT_SEQ_LEN,
     "gpt2": gpt2.DEFAULT_SEQ_LEN,
     "gpt2_medium": gpt2.DEFAULT_SEQ_LEN,
     "gpt2_large": gpt2.DEFAULT_SEQ_LEN,
