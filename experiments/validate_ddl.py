@@ -73,7 +73,7 @@ of fixed keys under every row (default: rtx2080ti GPUs, pcie3 and 10gbe
 links, `BASE`), e.g. another GPU and network for another cluster; the
 mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
 does not set it, and NCCL's LL hop latency as `intra.alpha` to any base
-that names its intra link without one (`mapped_base`). The folds
+that does not set the intra link's latency (`mapped_base`). The folds
 run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
@@ -103,6 +103,7 @@ from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, m
 from kernels import nccl
 from sweep.fit import optimise
 from sweep.scenario import catalog
+from sweep.scenario.schema import KEYS
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -333,15 +334,15 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, links, base: di
 def mapped_base(base_text: str, path: Path) -> dict:
     """The fixed keys under every row: the base's, NCCL's tree latency
     growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
-    itself, and, where the base names its intra link but not its latency,
-    that link's hop latency as NCCL's LL protocol has it (`nccl_intra_hop`).
+    itself, and, unless it sets the intra link's latency, that link's hop
+    latency as NCCL's LL protocol has it (`nccl_intra_hop`; the link the
+    base names, else the scenario default's).
     Both belong to the mapping of the all-to-all methods, not to one
     network, so a `--base` for another cluster gets them too."""
     path.write_text(base_text)
     base = read_base(path)
     base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
-    if "intra.name" in base:
-        base.setdefault("intra.alpha", nccl_intra_hop(base["intra.name"]))
+    base.setdefault("intra.alpha", nccl_intra_hop(base.get("intra.name", KEYS["intra.name"].default)))
     return base
 
 
