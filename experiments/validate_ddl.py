@@ -44,7 +44,7 @@ measurements show no network cost there (BSP-PS is within 6 % of BSP-A2A on
 the measured single-GPU throughput (`compute.measured_throughput`, the
 1-GPU rows); GPUs are RTX 2080 Ti, links start from the catalog's pcie3 and
 10gbe, the intra link's latency from NCCL's LL hop on PCIe (1 us:
-`nccl_intra_hop`). BERT is BertForPreTraining, as the benchmark code trains
+`catalog.nccl_ll_hop`). BERT is BertForPreTraining, as the benchmark code trains
 it (`MODELS`: the zoo's `bert_*_pretraining`, with the masked-LM and
 next-sentence heads). The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link
 (alpha, bandwidth), the inter link (alpha, bandwidth) and the software
@@ -100,7 +100,6 @@ import tomli_w
 
 from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
                    read_rows, require_data, run_fold, study_error, write_text)
-from kernels import nccl
 from sweep.fit import optimise
 from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
@@ -335,25 +334,18 @@ def mapped_base(base_text: str, path: Path) -> dict:
     """The fixed keys under every row: the base's, NCCL's tree latency
     growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
     itself, and, unless it sets the intra link's latency, that link's hop
-    latency as NCCL's LL protocol has it (`nccl_intra_hop`; the link the
-    base names, else the scenario default's).
+    latency as NCCL's LL protocol has it (`catalog.nccl_ll_hop`; the link
+    the base names, else the scenario default's): with `algorithm = "nccl"`
+    a link's alpha is its LL hop, and the catalog's (5 us for pcie3) is a
+    point-to-point message latency; as the intra link's start and prior
+    centre NCCL's figure extrapolates better (README: tried and kept).
     Both belong to the mapping of the all-to-all methods, not to one
     network, so a `--base` for another cluster gets them too."""
     path.write_text(base_text)
     base = read_base(path)
     base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
-    base.setdefault("intra.alpha", nccl_intra_hop(base.get("intra.name", KEYS["intra.name"].default)))
+    base.setdefault("intra.alpha", catalog.nccl_ll_hop(base.get("intra.name", KEYS["intra.name"].default)))
     return base
-
-
-def nccl_intra_hop(link: str) -> float:
-    """NCCL's LL hop latency on the intra link `link` (seconds: 1.0 us on
-    PCIe, 0.47 us on NVLink; NVIDIA/nccl src/graph/tuning.cc, as
-    `kernels.nccl` has them). With `algorithm = "nccl"` a link's alpha *is*
-    its LL hop, and the catalog's (5 us for pcie3) is a point-to-point
-    message latency: as the intra link's start and prior centre, NCCL's
-    figure extrapolates better (README: tried and kept)."""
-    return (nccl.HOP_PCI[0] if catalog.is_pcie(link) else nccl.HOP_NVLINK[0]) * nccl.US
 
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,

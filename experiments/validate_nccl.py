@@ -80,10 +80,9 @@ INTRA_LINKS = {
 # about M, not a ring's 2(g-1)/g M, so the wire bound is half the ring's: the
 # line rate is doubled to say so (README caveat: busbw above the wire).
 NVLS = ("nvidia_exemplar_h100_dgx_1x8",)
-# algorithm "nccl": both hop latencies fitted; NCCL's LL hop figures [s]
-# (NVIDIA/nccl src/graph/tuning.cc) as their start; 2 x 8 tables' nodes are NVLink.
+# algorithm "nccl": both hop latencies fitted; NCCL's LL hop figures
+# (`catalog.NCCL_LL_HOP`) as their start; 2 x 8 tables' nodes are NVLink.
 NCCL_KEYS = ("intra.alpha", "inter.alpha")
-NCCL_LL_HOP = {"nvlink": 0.47e-6, "pcie": 1.0e-6, "net": 2.7e-6}
 NCCL_INTRA = "nvlink3"
 FULL = FitOptions()
 DESCRIBE_PRIOR = 0.05
@@ -106,10 +105,10 @@ def nccl_base(inter_rate: float | None, intra: str, name: str = "") -> str:
     `name`: the hop latencies start at (and the priors centre on) NCCL's own
     tuning figures, LL on NVLink or PCIe inside the node and on the network
     between nodes; the inter bandwidth at the node's line rate."""
-    hop = NCCL_LL_HOP["pcie" if catalog.is_pcie(intra) else "nvlink"]
+    hop = catalog.nccl_ll_hop(intra)
     text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n' + nvls_line_rate(name, intra)
     if inter_rate is not None:
-        text += f"[inter]\nalpha = {NCCL_LL_HOP['net']!r}\nbandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n"
+        text += f"[inter]\nalpha = {catalog.NCCL_LL_HOP['net']!r}\nbandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n"
     return text
 
 

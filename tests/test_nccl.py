@@ -182,3 +182,15 @@ def test_fixed_buckets_closed_form_equals_the_channel_scan():
     scan = sweep.run({**base, "strategy": ["bsp", "wfbp", "fusion"]}).sel(strategy=["bsp", "wfbp"])
     for name in ("iteration_time", "communication_time"):
         np.testing.assert_allclose(closed[name].values, scan[name].values, rtol=2e-6, err_msg=name)
+
+
+def test_the_catalogs_ll_hops_are_the_kernels_ll_column():
+    """`catalog.NCCL_LL_HOP` (seconds, the fits' start) is NCCL's LL column of
+    kernels.nccl's hop tables (us): one set of figures, two units; and an
+    intra link takes the PCIe hop on PCIe, NVLink's elsewhere."""
+    from kernels import nccl
+    from sweep.scenario import catalog
+    for path, table in (("nvlink", nccl.HOP_NVLINK), ("pcie", nccl.HOP_PCI), ("net", nccl.HOP_NET)):
+        assert catalog.NCCL_LL_HOP[path] == pytest.approx(table[0] * nccl.US, rel=1e-12)
+    assert catalog.nccl_ll_hop("pcie3") == catalog.NCCL_LL_HOP["pcie"]
+    assert catalog.nccl_ll_hop("nvlink3") == catalog.NCCL_LL_HOP["nvlink"]

@@ -88,3 +88,15 @@ def is_pcie(name: str) -> bool:
     """Whether the catalog link `name` is PCIe (NCCL's intra-node hops take
     its PCIe figures there, NVLink's elsewhere: `kernels.nccl`)."""
     return LINKS[name].name.startswith("pcie")
+
+
+# NCCL's LL hop latency [s] per path (NVIDIA/nccl src/graph/tuning.cc; the LL
+# column of `kernels.nccl`'s tables, there in us): with `algorithm = "nccl"` a
+# link's alpha is its LL hop, so these start (and centre the priors of) fits of
+# NCCL rows, where the catalog's alphas are point-to-point message latencies.
+NCCL_LL_HOP = {"nvlink": 0.47e-6, "pcie": 1.0e-6, "net": 2.7e-6}
+
+
+def nccl_ll_hop(name: str) -> float:
+    """NCCL's LL hop latency [s] on the catalog intra link `name`."""
+    return NCCL_LL_HOP["pcie" if is_pcie(name) else "nvlink"]
