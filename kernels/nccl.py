@@ -8,7 +8,9 @@ src/graph/tuning.cc, `ncclTopoTuneModel` and `ncclTopoGetAlgoTime`):
   LL128   128-byte lines of 120 data bytes: 0.92 of the bandwidth, a higher
           latency;
   Simple  plain copies with fences: the whole bandwidth, the highest latency
-          (times 1.9 on several nodes: NCCL's "plateau effect of ring").
+          (times 1.9 on several nodes: NCCL's "plateau effect of ring";
+          newer NCCL uses 1.4 on GPUs of compute capability 8.0 and up,
+          kept at 1.9 here: README, nccl-tests).
 A ring over P ranks on n nodes takes 2(P-1) steps, 2(n-1) of them between
 nodes; a protocol's latency is its base plus one hop latency per step:
     lat_q = base_q + (2(P-1) - 2(n-1)) * hop_intra_q + 2(n-1) * hop_inter_q
