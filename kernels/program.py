@@ -44,6 +44,11 @@ def floored(cost: str, d, ctx) -> Any:
     `ctx.floor` where the row is forward or backward."""
     if ctx.floor is None or cost not in FLOORED_COSTS:
         return d
+    return at_least_floor(d, ctx)
+
+
+def at_least_floor(d, ctx) -> Any:
+    """`d` ([n, C] or [C]) at least `ctx.floor` (a smooth max with a temperature)."""
     return maximum(d, lead(ctx.floor, jnp.ndim(d)), ctx.temperature)
 
 
@@ -522,31 +527,41 @@ def _scan(program, seg, values, sent, ctx, want_all):
     ext_index = np.full(m, neg)
     ext_index[np.asarray(ext_rows, np.int64)] = np.arange(len(ext_rows))
     ext_index[seg.roots] = zero
-    cost_index = np.array([costs.index(c) if c is not None else -1 for c in seg.costs])
+    # Compute costs are rows of one rate table, read by index each step (one
+    # product, not one per cost: the where-chain over every cost made each
+    # step's fusion evaluate all of them); communication costs stay a chain.
+    compute_costs = [c for c in costs if c not in COMM_COSTS]
+    comm_costs = [c for c in costs if c in COMM_COSTS]
+    compute_index = np.array([compute_costs.index(c) if c in compute_costs else -1 for c in seg.costs])
+    comm_index = np.array([comm_costs.index(c) if c in comm_costs else -1 for c in seg.costs])
+    floor_here = np.array([ctx.floor is not None and c in FLOORED_COSTS for c in seg.costs])
     comm_resources = sorted({r for r, c in zip(seg.resources, seg.costs) if c in COMM_COSTS})
     resource_index = np.array([comm_resources.index(r) if c in COMM_COSTS else -1
                                for r, c in zip(seg.resources, seg.costs)])
     temperature = ctx.temperature
 
-    comm = {name: ctx.comm[name] for name in costs if name in COMM_COSTS and not ctx.free}  # outside the scan
+    comm = {name: ctx.comm[name] for name in comm_costs if not ctx.free}  # outside the scan
+    rates = jnp.stack([jnp.broadcast_to(ctx.compute[c], shape) for c in compute_costs]) if compute_costs else None
 
-    def duration(ci, coef):
+    def duration(ki, mi, fi, coef):
         d = jnp.zeros(shape, dtype)
-        for j, name in enumerate(costs):
-            if name in COMM_COSTS:
-                value = jnp.zeros(shape, dtype) if ctx.free else allreduce_time(
-                    coef * ctx.grad_bytes, *comm[name], width=ctx.width)
-            else:
-                value = floored(name, coef * ctx.compute[name], ctx)
-            d = jnp.where(ci == j, value, d)
+        if compute_costs:
+            value = coef * rates[jnp.maximum(ki, 0)]
+            if floor_here.any():
+                value = jnp.where(fi, at_least_floor(value, ctx), value)
+            d = jnp.where(ki >= 0, value, d)
+        for j, name in enumerate(comm_costs):
+            value = jnp.zeros(shape, dtype) if ctx.free else allreduce_time(
+                coef * ctx.grad_bytes, *comm[name], width=ctx.width)
+            d = jnp.where(mi == j, value, d)
         return d
 
     def step(carry, xs):
         regs, busy = carry
-        pred, dst, ei, ci, ri, coef = xs
+        pred, dst, ei, ki, mi, ri, fi, coef = xs
         ready = regs[pred]  # [P, C]
         start = maximum(table[ei], ready[0] if ready.shape[0] == 1 else max_along(ready, 0, temperature), temperature)
-        d = duration(ci, coef)
+        d = duration(ki, mi, fi, coef)
         finish = start + d
         regs = regs.at[dst].set(finish)
         busy = busy + jnp.where((jnp.arange(busy.shape[0], dtype=jnp.int32) == ri)[:, None], d, 0.0)
@@ -555,8 +570,9 @@ def _scan(program, seg, values, sent, ctx, want_all):
     regs = jnp.full((seg.num_regs + 1, *shape), NEG, dtype)
     busy = jnp.zeros((max(1, len(comm_resources)), *shape), dtype)
     # Fixed int32 indices: the same program may be traced with x64 on (explain) and off (sweeps).
-    xs = (*(np.asarray(a, np.int32) for a in (seg.pred_regs, seg.dst, ext_index, cost_index, resource_index)),
-          seg.coef.astype(dtype))
+    xs = (*(np.asarray(a, np.int32) for a in (seg.pred_regs, seg.dst, ext_index, compute_index, comm_index,
+                                               resource_index)),
+          floor_here, seg.coef.astype(dtype))
     (regs, busy), ys = jax.lax.scan(step, (regs, busy), xs)
     value = Registers(regs, seg.out_reg, ys[0] if want_all else None)
     return value, {r: busy[i] for i, r in enumerate(comm_resources)}, (ys[1] if want_all else None)

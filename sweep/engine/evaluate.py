@@ -85,7 +85,11 @@ def _primary_kernel(dag, params, tangents, fixed_buckets):
         return primaries(params)  # the closed form streams well untiled (tiles measured no faster)
     if jax.default_backend() != "cpu":
         return primaries(params)  # a GPU wants the whole chunk: one tile could not fill it (not measured)
-    return by_tiles(primaries, params, CHANNEL_TILE if dag.mode == "contracted" else TILE)
+    if dag.mode == "contracted":
+        return by_tiles(primaries, params, CHANNEL_TILE)
+    itemsize = max(v.dtype.itemsize for v in params.values() if jnp.issubdtype(v.dtype, jnp.floating))
+    # A chunk spread over every device leaves each a tile's share (`by_tiles`).
+    return by_tiles(primaries, params, unrolled_tile(dag, itemsize, jax.device_count()))
 
 
 def _primaries(dag, params, tangents, fixed_buckets):
@@ -121,6 +125,29 @@ TILE = 1024
 # devices: 10.6 / 10.2 against 10.2 / 11.5, level); the whole 2**16 chunk
 # was slower again (kernel 9.1 against 12.6 M/s at 4,096 and 8,192).
 CHANNEL_TILE = 4096
+# A register scan (`kernels.program._scan`) carries its registers, [R, tile],
+# through every step, and ZeRO-3 fell off a cliff once they outgrew about
+# half a MiB (sweep.run on the benchmark's grids, 2-core Xeon with 2 MiB of
+# L2 per core, float32: resnet50, 113 registers, 695 k/s at 1,024 (462 KiB)
+# and 108 k/s at 2,048; bert_large, 203 registers, 72 k/s at 1,024 (831
+# KiB) and 314 k/s at 512). The cause (caches, or how XLA's CPU backend
+# updates a large carried buffer) is not established; the budget is where
+# the measurements put the edge. The tile of an unrolled program halves
+# from TILE until its largest register file fits it.
+REGISTER_BUDGET_BYTES = 512 * 1024
+MIN_TILE = 128
+
+
+def unrolled_tile(dag: CompiledDag, itemsize: int, shards: int = 1) -> int:
+    """Configurations per tile of an unrolled program whose tiles are
+    split over `shards` devices: each device's share is TILE, halved while
+    the largest register scan's registers ([R, share] of `itemsize` bytes)
+    would pass `REGISTER_BUDGET_BYTES`."""
+    registers = max((seg.num_regs + 1 for seg in dag.lowered.program.segments if seg.kind == "scan"), default=0)
+    share = TILE
+    while share > MIN_TILE and registers * share * itemsize > REGISTER_BUDGET_BYTES:
+        share //= 2
+    return share * shards
 
 
 def by_tiles(fn, params, tile: int):
