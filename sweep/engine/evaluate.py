@@ -126,14 +126,17 @@ TILE = 1024
 # was slower again (kernel 9.1 against 12.6 M/s at 4,096 and 8,192).
 CHANNEL_TILE = 4096
 # A register scan (`kernels.program._scan`) carries its registers, [R, tile],
-# through every step, and ZeRO-3 fell off a cliff once they outgrew about
-# half a MiB (sweep.run on the benchmark's grids, 2-core Xeon with 2 MiB of
-# L2 per core, float32: resnet50, 113 registers, 695 k/s at 1,024 (462 KiB)
-# and 108 k/s at 2,048; bert_large, 203 registers, 72 k/s at 1,024 (831
-# KiB) and 314 k/s at 512). The cause (caches, or how XLA's CPU backend
-# updates a large carried buffer) is not established; the budget is where
-# the measurements put the edge. The tile of an unrolled program halves
-# from TILE until its largest register file fits it.
+# through every step, and ZeRO-3 fell off a cliff once they reached half a
+# MiB (sweep.run on the benchmark's grids, 2-core Xeon, float32: resnet50,
+# 113 registers, 695 k/s at 1,024 (462 KiB) and 108 k/s at 2,048; bert_large,
+# 203 registers, 72 k/s at 1,024 (831 KiB) and 314 k/s at 512). That is XLA's
+# CPU parallel task assignment: it splits a loop fusion over threads by the
+# size of its output, one share per 256 KiB, and the fusion that writes one
+# register in place has the whole register file as its output, so from 512
+# KiB on every step of the scan waits for a second thread (on one core,
+# `taskset -c 0`, the 2,048 tile ran at 330 k/s, not 108). The tile of an
+# unrolled program halves from TILE until its largest register file is
+# below the budget.
 REGISTER_BUDGET_BYTES = 512 * 1024
 MIN_TILE = 128
 
@@ -142,10 +145,10 @@ def unrolled_tile(dag: CompiledDag, itemsize: int, shards: int = 1) -> int:
     """Configurations per tile of an unrolled program whose tiles are
     split over `shards` devices: each device's share is TILE, halved while
     the largest register scan's registers ([R, share] of `itemsize` bytes)
-    would pass `REGISTER_BUDGET_BYTES`."""
+    would reach `REGISTER_BUDGET_BYTES`."""
     registers = max((seg.num_regs + 1 for seg in dag.lowered.program.segments if seg.kind == "scan"), default=0)
     share = TILE
-    while share > MIN_TILE and registers * share * itemsize > REGISTER_BUDGET_BYTES:
+    while share > MIN_TILE and registers * share * itemsize >= REGISTER_BUDGET_BYTES:
         share //= 2
     return share * shards
 
