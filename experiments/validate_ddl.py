@@ -276,7 +276,7 @@ def link_fit(rows: list, records: list[dict], fold: Fold, fitted: list[str], bas
     """The links fitted on the fold's training rows but those of `methods`
     (ByteScheduler-A2A's, which inform its least task time alone), as a
     callable that fits once, when first asked: what the floor and BytePS's
-    push/pull bandwidth are set on. `run_fold` refits the same rows."""
+    push/pull bandwidth are set on, and the fold's fit."""
     train = link_rows(records, fold, methods)
     return functools.cache(lambda: optimise.fit([rows[i] for i in train], fitted, base, options))
 
@@ -373,8 +373,11 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     ps_rate = ps_bandwidth_at_line_rate(records, fold, fitted, links)
     if ps_rate is not None:
         rows, base = with_point(rows, "ps.bandwidth", ps_rate), {**base, "ps.bandwidth": ps_rate}
-    # The ruler still reads every training row.
-    result = run_fold(rows, link_fold, fitted, base, options, label, ruler=fold.train)
+    # The links' fit is the fold's own (the same training rows: the floor and
+    # BytePS's push/pull bandwidth reach no training row's cost), so it is
+    # not redone. The ruler still reads every training row.
+    assert link_fold.train == link_rows(records, fold, floored)
+    result = run_fold(rows, link_fold, fitted, base, options, label, ruler=fold.train, fit=links())
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result.fit, label)
     write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)

@@ -133,3 +133,24 @@ def test_run_and_predict_agree_on_overhead_and_line_rate(tmp_path):
     predicted = predict_rows([row], ["iteration_time"])["iteration_time"][0]
     assert float(cube["iteration_time"]) == pytest.approx(predicted, rel=1e-5)
     assert float(cube["iteration_time"]) > float(plain["iteration_time"])
+
+
+def test_run_fold_uses_the_callers_fit(exact, monkeypatch):
+    """Given a fit of the fold's training rows, run_fold predicts from it and
+    fits nothing: the records equal those of its own fit."""
+    from sweep.fit import optimise, validate as validation
+    from sweep.fit.data import load_rows
+
+    _, rows, _ = load_rows(exact, {})
+    fold = make_folds(rows, "nodes")[0]
+    keys = ["inter.alpha", "inter.bandwidth"]
+    own = validation.run_fold(rows, fold, keys, {}, EXACT)
+    given = optimise.fit([rows[i] for i in fold.train], keys, {}, EXACT)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("run_fold refitted")
+
+    monkeypatch.setattr(optimise, "fit", no_fit)
+    reused = validation.run_fold(rows, fold, keys, {}, EXACT, fit=given)
+    assert reused.fit is given
+    assert [r["predicted"] for r in reused.records] == [r["predicted"] for r in own.records]

@@ -172,13 +172,14 @@ def naive(train: list[Row], row: Row, target: str) -> float:
 
 
 def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options: FitOptions,
-             label: str = "", ruler: Sequence[int] | None = None) -> FoldResult:
+             label: str = "", ruler: Sequence[int] | None = None, fit=None) -> FoldResult:
     """Fit `fitted` on the fold's training rows, predict its held-out rows
     and their naive baseline (`naive`, from the rows `ruler` names, else the
-    same training rows): one FoldResult."""
+    same training rows): one FoldResult. `fit`: the caller's fit of those
+    training rows (`optimise.fit`), which is then used, not redone."""
     train = [rows[i] for i in fold.train]
     ruler_rows = train if ruler is None else [rows[i] for i in ruler]
-    result = optimise.fit(train, fitted, base, options)
+    result = optimise.fit(train, fitted, base, options) if fit is None else fit
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
     values = {**result.line_rates, **result.values}
     test = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
