@@ -39,12 +39,16 @@ NEG = -jnp.inf
 FLOORED_COSTS = ("forward", "backward")  # the compute costs `Context.floor` bounds below
 
 
+def has_floor(cost, ctx) -> bool:
+    """Whether `ctx.floor` bounds tasks of this cost below (a floor is set
+    and the cost is forward or backward)."""
+    return ctx.floor is not None and cost in FLOORED_COSTS
+
+
 def floored(cost: str, d, ctx) -> Any:
     """Compute durations `d` of one cost row ([n, C] or [C]), at least
     `ctx.floor` where the row is forward or backward."""
-    if ctx.floor is None or cost not in FLOORED_COSTS:
-        return d
-    return at_least_floor(d, ctx)
+    return at_least_floor(d, ctx) if has_floor(cost, ctx) else d
 
 
 def at_least_floor(d, ctx) -> Any:
@@ -388,8 +392,7 @@ def _durations(seg, ctx, sent, program):
 
 def _chain(program, seg, values, sent, ctx, needed, want_all):
     # A floor makes a compute chain's durations nonlinear in its rate: no lazy prefix sums then.
-    floored = ctx.floor is not None and seg.cost in FLOORED_COSTS
-    linear = seg.cost is None or (seg.cost not in COMM_COSTS and not floored)
+    linear = seg.cost is None or (seg.cost not in COMM_COSTS and not has_floor(seg.cost, ctx))
     comm = seg.cost in COMM_COSTS
     if linear and seg.gates is None and not any(seg.inputs[1:]):
         scale = 0.0 if seg.cost is None else ctx.compute[seg.cost]
@@ -534,7 +537,7 @@ def _scan(program, seg, values, sent, ctx, want_all):
     comm_costs = [c for c in costs if c in COMM_COSTS]
     compute_index = np.array([compute_costs.index(c) if c in compute_costs else -1 for c in seg.costs])
     comm_index = np.array([comm_costs.index(c) if c in comm_costs else -1 for c in seg.costs])
-    floor_here = np.array([ctx.floor is not None and c in FLOORED_COSTS for c in seg.costs])
+    floor_here = np.array([has_floor(c, ctx) for c in seg.costs])
     comm_resources = sorted({r for r, c in zip(seg.resources, seg.costs) if c in COMM_COSTS})
     resource_index = np.array([comm_resources.index(r) if c in COMM_COSTS else -1
                                for r, c in zip(seg.resources, seg.costs)])
