@@ -80,8 +80,32 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     dtype = jnp.result_type(slot_bytes, ready, latency)
     next_ready = jnp.concatenate([ready[1:], ready[-1:]], axis=0)
     is_last = jnp.arange(num_slots) == num_slots - 1
+    carry, step = channel_step(strategy, threshold, cost, shape, dtype, ready_scale=ready_scale,
+                               bytes_scale=bytes_scale, temperature=temperature, width=width, planner=planner)
 
-    # The strategy rules as loop-invariant thresholds, so the scan body is the
+    def scan_step(carry, xs):
+        carry, (finish, sent) = step(carry, *xs)
+        return carry, (finish if want_slots else None, sent if want_sent else None)
+
+    (_, last, busy, *_), (finish, sent) = jax.lax.scan(scan_step, carry, (slot_bytes, ready, next_ready, is_last))
+    return finish, sent, last, busy
+
+
+def channel_step(strategy, threshold, cost, shape, dtype, *, ready_scale=1.0, bytes_scale=1.0, temperature=None,
+                 width=None, planner: Planner | None = None, fixed_buckets: bool = False):
+    """(initial carry, step) of the channel: `step(carry, add, ready_now,
+    ready_next, last)` takes one slot (its gradient bytes and input time
+    before scaling, the next slot's input time, and whether it is the last)
+    to (carry, (finish, sent)). The carry starts with (bytes held, time the
+    channel is free, busy time). `policy_channel` scans it; an unrolled
+    program (`kernels.straight`) calls it slot by slot. `cost` None: free
+    communication (every bucket takes no time). With `fixed_buckets`
+    (every strategy bsp or wfbp) the fusion and mgwfbp rules, which never
+    fire then, are left out of the step."""
+    latency, per_byte, steps = (0.0, 0.0, None) if cost is None else cost
+    if fixed_buckets:
+        planner = None  # it plans mgwfbp's buckets only
+    # The strategy rules as loop-invariant thresholds, so the step is the
     # same few vector operations for every strategy:
     #   send = last | wfbp | held >= fusion threshold | next wait >= mgwfbp threshold.
     inf = jnp.array(jnp.inf, dtype)
@@ -101,32 +125,34 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
         min_bytes = jnp.where(is_mgwfbp, planner.min_bytes, 0.0)
     # bsp is the case where none of the three fires: only the last slot sends.
 
-    def step(carry, xs):
+    def step(carry, add, ready_now, ready_next, last):
         held, free, busy, *plan = carry  # plan: the planner's channel free time, with a planner
-        add, ready_now, ready_next, last = xs
         held = held + add * bytes_scale
         start = maximum(ready_now * ready_scale, free, temperature)
-        if planner is None:
-            wait_ok = ready_next * ready_scale - start >= wait_threshold
-        else:
-            now, nxt = jax.lax.stop_gradient(ready_now * ready_scale), jax.lax.stop_gradient(ready_next * ready_scale)
-            plan_start = jnp.where(planned, jnp.maximum(now, plan[0]), jax.lax.stop_gradient(start))
-            wait_ok = (nxt - plan_start >= wait_threshold) & (jax.lax.stop_gradient(held) >= min_bytes)
-        send = (always | last) | (held >= fill_threshold) | wait_ok
-        duration = jnp.where(send & (held > 0), piecewise_time(held, latency, per_byte, steps, width), 0.0)
+        send = always | last
+        if not fixed_buckets:
+            if planner is None:
+                wait_ok = ready_next * ready_scale - start >= wait_threshold
+            else:
+                now = jax.lax.stop_gradient(ready_now * ready_scale)
+                nxt = jax.lax.stop_gradient(ready_next * ready_scale)
+                plan_start = jnp.where(planned, jnp.maximum(now, plan[0]), jax.lax.stop_gradient(start))
+                wait_ok = (nxt - plan_start >= wait_threshold) & (jax.lax.stop_gradient(held) >= min_bytes)
+            send = send | (held >= fill_threshold) | wait_ok
         sent = jnp.where(send, held, 0.0)
-        finish = start + duration
+        if cost is None:  # free communication: nothing to compute for the duration
+            duration, finish = 0.0, start
+        else:
+            duration = jnp.where(send & (held > 0), piecewise_time(held, latency, per_byte, steps, width), 0.0)
+            finish = start + duration
         if planner is not None:
             plan = [jax.lax.stop_gradient(plan_start + jnp.where(send & (held > 0),
                                                                  plan_alpha + plan_per_byte * held, 0.0))]
-        return (held - sent, finish, busy + duration, *plan), (finish if want_slots else None,
-                                                               sent if want_sent else None)
+        return (held - sent, finish, busy + duration, *plan), (finish, sent)
 
     zeros = jnp.zeros(shape, dtype)
     plan = (jnp.full(shape, -inf, dtype),) if planner is not None else ()
-    (_, last, busy, *_), (finish, sent) = jax.lax.scan(step, (zeros, jnp.full(shape, -inf), zeros, *plan),
-                                                       (slot_bytes, ready, next_ready, is_last))
-    return finish, sent, last, busy
+    return (zeros, jnp.full(shape, -inf), zeros, *plan), step
 
 
 def fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte, bytes_scale=1.0, ready_scale=1.0,

@@ -9,12 +9,15 @@ fits, sensitivities and `explain`, comes from that one program:
   body of one iteration is evaluated once, as offsets from its entry, and
   the K iterations are the input/update recursion of `steady_state`;
 - unrolled: every task of the K iterations, and the iteration time is
-  (F_K - F_1) / (K - 1) for the finish F_k of iteration k's exit.
+  (F_K - F_1) / (K - 1) for the finish F_k of iteration k's exit. On a CPU
+  it runs as straight-line code (`kernels.straight`, `straight_line`), with
+  the same segment semantics as `kernels.program`'s scans.
 """
 from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -25,6 +28,7 @@ from kernels.memory import activation_bytes, model_state_bytes
 from kernels.parameters import Params
 from kernels.program import Context, compute_durations, run_program
 from kernels.smooth import maximum
+from kernels.straight import applies as straight_applies, run_straight
 
 def input_recursion(work, io, h2d, prefetch, iterations: int, temperature=None):
     """Lists (I_k, E_k, U_k), k = 1..K, of the recursion
@@ -62,7 +66,23 @@ def context(dag, p, fixed_buckets=False, free=False) -> Context:
     return Context(compute=compute, comm=stage_costs(p), grad_bytes=p.grad_bytes, strategy=p.strategy,
                    threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
                    credit=p.credit_bytes, planner=planner(p), floor=p.task_floor, fixed_buckets=fixed_buckets, free=free,
-                   partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps)
+                   partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps,
+                   straight=straight_line(dag))
+
+
+def straight_line(dag) -> bool:
+    """Whether the DAG's program runs as straight-line code (`kernels.straight`):
+    an unrolled program without a priority channel, on a CPU. Elsewhere the
+    segments' scans run (on an accelerator every unrolled step of a scan
+    would be a kernel of its own; the straight program there is not measured)."""
+    return straight_applies(dag.lowered, dag.priority_steps) and jax.default_backend() == "cpu"
+
+
+def evaluate_program(program, ctx: Context, keep=(), want_all: bool = False):
+    """`program` evaluated by `kernels.straight` or `kernels.program`, as `ctx` says."""
+    if ctx.straight:
+        return run_straight(program, ctx, want_all=want_all)
+    return run_program(program, ctx, keep=keep, want_all=want_all)
 
 
 def planner(p: Params) -> Planner | None:
@@ -93,7 +113,7 @@ def iteration_time(lowered, ctx: Context, work_override=None):
         io, h2d = io_task.coef * ctx.compute["io"], h2d_task.coef * ctx.compute["h2d"]
         return steady_state(work, io, h2d, ctx.prefetch, iterations, ctx.temperature), run
     exits = [program.row(t) for t in lowered.exits]
-    run = run_program(program, ctx, keep=exits)
+    run = evaluate_program(program, ctx, keep=exits)
     return (run.finish(exits[-1]) - run.finish(exits[0])) / (iterations - 1), run
 
 
@@ -206,7 +226,7 @@ def schedule(dag, p):
 def lowered_schedule(lowered, ctx: Context):
     """`schedule` for a lowered DAG and an evaluation context."""
     program = lowered.program
-    run = run_program(program, ctx, want_all=True)
+    run = evaluate_program(program, ctx, want_all=True)
     body_finish = run.all_finishes()
     body_durations = jnp.concatenate([jnp.broadcast_to(d, (d.shape[0], *body_finish.shape[1:]))
                                       for d in run.durations], axis=0)

@@ -70,7 +70,7 @@ def _row(x):
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["compute", "comm", "grad_bytes", "strategy", "threshold", "prefetch", "temperature",
                                 "width", "credit", "planner", "floor"], meta_fields=["fixed_buckets", "free", "partition_bytes",
-                                                                 "priority_steps"])
+                                                                 "priority_steps", "straight"])
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What one evaluation needs besides the program: per-configuration
@@ -90,6 +90,7 @@ class Context:
     free: bool = False  # communication costs nothing (the single-GPU reference)
     partition_bytes: float = 4_000_000.0  # the priority channel's largest partition
     priority_steps: int = 0  # its partitions per iteration at most (0: no configuration may use it)
+    straight: bool = False  # evaluate an unrolled program task by task (`kernels.straight`)
 
 
 @dataclasses.dataclass

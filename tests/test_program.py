@@ -26,10 +26,15 @@ from kernels.codes import ALWAYS, COMM_COSTS
 from sweep.graph.dag import Dag, Shape, Task, build_dag
 from sweep.graph.lowering import LoweringError, lower
 from sweep.engine.params import Column, kernel_params
+from sweep.engine.xla import program_jit
 
-iteration_time = jax.jit(lambda lowered, ctx: (eager_iteration_time(lowered, ctx)[0], None),
-                         static_argnums=(0,))
-lowered_schedule = jax.jit(lowered_schedule, static_argnums=(0,))
+# Both evaluators of a program: its segments' scans (`kernels.program`) and
+# straight-line code (`kernels.straight`), which runs unrolled programs on
+# CPUs; compiled as straight-line code is (`sweep.engine.xla`) for both.
+iteration_time = program_jit(lambda lowered, ctx: (eager_iteration_time(lowered, ctx)[0], None),
+                             static_argnums=(0,), straight=True)
+lowered_schedule = program_jit(lowered_schedule, static_argnums=(0,), straight=True)
+EVALUATORS = {"scans": False, "straight": True}
 
 SHAPES = [Shape(), Shape(update="layerwise"), Shape(pipelined=True), Shape(zero=1), Shape(zero=2), Shape(zero=3),
           Shape(accumulation=3), Shape(update="layerwise", pipelined=True), Shape(update="layerwise", accumulation=2),
@@ -50,12 +55,15 @@ def random_costs(rng):
     return units, comm, rng.uniform(1e6, 3e7), bool(rng.integers(0, 2))
 
 
-def make_context(units, comm, threshold, prefetch, strategy, grad_bytes=4.0, free=False):
+def make_context(units, comm, threshold, prefetch, strategy, grad_bytes=4.0, free=False, straight=False):
+    """One configuration's context; straight-line code also takes bsp's and
+    wfbp's fixed buckets (`fixed_buckets`), as a sweep of only those does."""
     one = lambda x: jnp.array([x], jnp.float64)  # noqa: E731
     return Context(compute={k: one(v) for k, v in units.items()},
                    comm={k: CollectiveCost(one(a), one(b), None) for k, (a, b) in comm.items()},
                    grad_bytes=one(grad_bytes), strategy=jnp.array([STRATEGIES.index(strategy)]),
-                   threshold=one(threshold), prefetch=one(float(prefetch)), free=free)
+                   threshold=one(threshold), prefetch=one(float(prefetch)), free=free, straight=straight,
+                   fixed_buckets=straight and strategy in ("bsp", "wfbp"))
 
 
 @pytest.fixture(autouse=True)
@@ -64,8 +72,9 @@ def float64():
         yield
 
 
+@pytest.mark.parametrize("straight", EVALUATORS.values(), ids=EVALUATORS.keys())
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_program_matches_the_oracle(shape):
+def test_program_matches_the_oracle(shape, straight):
     """Iteration time and every task's finish, each strategy, random costs."""
     params, forward, backward = small_model()
     compiled = compile_model(params, forward, 4, shape, backward)
@@ -74,7 +83,7 @@ def test_program_matches_the_oracle(shape):
         for _ in range(3):
             units, comm, threshold, prefetch = random_costs(rng)
             finish, _, sent = simulate(compiled.dag, units, comm, 4.0, strategy, threshold, prefetch)
-            ctx = make_context(units, comm, threshold, prefetch, strategy)
+            ctx = make_context(units, comm, threshold, prefetch, strategy, straight=straight)
             t, _ = iteration_time(compiled.lowered, ctx)
             got_finish, _, got_sent, _ = lowered_schedule(compiled.lowered, ctx)
             assert float(t[0]) == pytest.approx(oracle_time(compiled.dag, finish), rel=1e-12)
@@ -82,8 +91,9 @@ def test_program_matches_the_oracle(shape):
             assert {k: float(v[0]) for k, v in got_sent.items()} == pytest.approx(sent)
 
 
+@pytest.mark.parametrize("straight", EVALUATORS.values(), ids=EVALUATORS.keys())
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_a_least_task_time_matches_the_oracle(shape):
+def test_a_least_task_time_matches_the_oracle(shape, straight):
     """`compute.task_floor`: every forward and backward task lasts at least
     the floor, set between the shortest and the longest task so that it
     lengthens some and not others; the busy compute time follows."""
@@ -94,7 +104,7 @@ def test_a_least_task_time_matches_the_oracle(shape):
         units, comm, threshold, prefetch = random_costs(rng)
         floor = float(np.median(forward) * units["forward"])
         finish, duration, _ = simulate(compiled.dag, units, comm, 4.0, strategy, threshold, prefetch, floor=floor)
-        ctx = dataclasses.replace(make_context(units, comm, threshold, prefetch, strategy),
+        ctx = dataclasses.replace(make_context(units, comm, threshold, prefetch, strategy, straight=straight),
                                   floor=jnp.array([floor]))
         t, _ = iteration_time(compiled.lowered, ctx)
         got_finish, _, _, _ = lowered_schedule(compiled.lowered, ctx)
@@ -108,8 +118,9 @@ def test_a_least_task_time_matches_the_oracle(shape):
                                                                               rel=1e-12)
 
 
+@pytest.mark.parametrize("straight", EVALUATORS.values(), ids=EVALUATORS.keys())
 @pytest.mark.parametrize("shape", [Shape(), Shape(update="layerwise"), Shape(pipelined=True)], ids=str)
-def test_mgwfbp_planned_with_its_own_model_matches_the_oracle(shape):
+def test_mgwfbp_planned_with_its_own_model_matches_the_oracle(shape, straight):
     """MG-WFBP as implemented: buckets planned on the planner's channel
     (its own alpha-beta model, a floor on bucket size), run on the true one;
     also the floor alone (alpha NaN: planned with the true costs)."""
@@ -123,7 +134,7 @@ def test_mgwfbp_planned_with_its_own_model_matches_the_oracle(shape):
         planner = (alpha, rng.uniform(0, 2e-6), rng.choice([0.0, rng.uniform(1e6, 3e7)]))
         finish, _, sent = simulate(compiled.dag, units, comm, 4.0, "mgwfbp", threshold, prefetch, planner=planner)
         one = lambda x: jnp.array([x], jnp.float64)  # noqa: E731
-        ctx = dataclasses.replace(make_context(units, comm, threshold, prefetch, "mgwfbp"),
+        ctx = dataclasses.replace(make_context(units, comm, threshold, prefetch, "mgwfbp", straight=straight),
                                   planner=Planner(one(np.nan if alpha is None else alpha), one(planner[1]),
                                                   one(planner[2])))
         t, _ = iteration_time(compiled.lowered, ctx)
@@ -161,6 +172,21 @@ def test_lowering_modes():
     assert modes[str(Shape(accumulation=3))].mode == "contracted"
     assert "update barrier" in modes[str(Shape(update="layerwise"))].reason
     assert "entry" in modes[str(Shape(zero=3))].reason
+
+
+def test_unrolled_programs_run_as_straight_line_code_on_cpu():
+    """Which evaluator a sweep gets: straight-line code for an unrolled
+    program on a CPU, the scans for a contracted one and for a priority
+    channel (whose partitions are a scan of their own)."""
+    from kernels.iteration import straight_line
+
+    assert jax.default_backend() == "cpu"
+    model = zoo.get_model("resnet50")
+    assert straight_line(compile_zoo_model(model, 3, None, Shape(update="layerwise"), priority=False))
+    assert straight_line(compile_zoo_model(model, 3, None, Shape(zero=3)))
+    assert not straight_line(compile_zoo_model(model, 3, None, Shape()))
+    priority = compile_zoo_model(model, 3, None, Shape(update="layerwise"), priority=True)
+    assert priority.priority_steps > 0 and not straight_line(priority)
 
 
 def test_layerwise_updates_are_one_map_per_iteration():
@@ -205,7 +231,8 @@ def _edit(dag: Dag, drop) -> Dag:
     # accumulation: communication waits for the last micro-batch's backward
     (Shape(accumulation=2), lambda s, d: s.kind == "backward" and d.kind == "comm"),
 ], ids=["layerwise", "zero3", "pipelined", "accumulation"])
-def test_features_live_in_the_dag(shape, drop):
+@pytest.mark.parametrize("straight", EVALUATORS.values(), ids=EVALUATORS.keys())
+def test_features_live_in_the_dag(shape, drop, straight):
     """Removing a shape's edges from the DAG changes the program's results
     exactly as it changes the oracle's: nothing else encodes the feature."""
     params, forward, backward = small_model(4)
@@ -217,7 +244,7 @@ def test_features_live_in_the_dag(shape, drop):
     for strategy in ("wfbp", "mgwfbp"):
         units, comm, threshold, prefetch = random_costs(rng)
         units["io"] = 0.0
-        ctx = make_context(units, comm, threshold, prefetch, strategy)
+        ctx = make_context(units, comm, threshold, prefetch, strategy, straight=straight)
         times = []
         for graph in (dag, edited):
             finish, _, _ = simulate(graph, units, comm, 4.0, strategy, threshold, prefetch)
@@ -270,12 +297,13 @@ def test_sweep_kernel_matches_the_oracle(model, shape):
     the oracle fed the kernel's own costs (collectives are tested elsewhere)."""
     C = 12
     rng = np.random.default_rng(7)
-    compiled = compile_zoo_model(zoo.get_model(model), 3, None, shape)
+    # No priority channel (the strategies here are FIFO ones): unrolled DAGs run as straight-line code.
+    compiled = compile_zoo_model(zoo.get_model(model), 3, None, shape, priority=False)
     columns = random_columns(rng, C)
     if shape.pipelined:
         columns["algorithm"] = Column(("hierarchical",), np.zeros(C, int))
     p32 = kernel_params(columns, zoo.get_model(model), C)
-    got = np.asarray(jax.jit(iteration_outputs)(compiled, p32)["iteration_time"])
+    got = np.asarray(program_jit(iteration_outputs)(compiled, p32)["iteration_time"])
     p64 = {k: jnp.asarray(v, jnp.float64 if np.issubdtype(v.dtype, np.floating) else v.dtype)
            for k, v in p32.items()}
     ctx = context(compiled, p64)

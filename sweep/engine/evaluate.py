@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from kernels.broadcast import over_box
-from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
+from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries, straight_line
 from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
@@ -29,6 +29,7 @@ from sweep.engine.plan import Plan
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
 from sweep.scenario.spec import Spec, possible_values
+from sweep.engine.xla import program_jit
 
 DEFAULT_CHUNK = 1 << 18  # on CPUs
 # On a GPU a chunk must be large enough to hide the host's fixed work per
@@ -46,7 +47,7 @@ def default_chunk(platforms) -> int:
 TRACES: collections.Counter = collections.Counter()
 
 
-@jax.jit
+@program_jit
 def evaluate_params(dag, params):
     """Outputs ([C] arrays) for explicit per-configuration parameter arrays.
 
@@ -56,7 +57,7 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets"))
+@functools.partial(program_jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets"))
 def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
     """The requested outputs for one chunk: `fenced_primaries`, then the
     outputs. `tangents` holds, per sensitivity output, its (parameter,
@@ -87,6 +88,8 @@ def _primary_kernel(dag, params, tangents, fixed_buckets):
         return primaries(params)  # a GPU wants the whole chunk: one tile could not fill it (not measured)
     if dag.mode == "contracted":
         return by_tiles(primaries, params, CHANNEL_TILE)
+    if straight_line(dag):  # no registers: each device's share is TILE
+        return by_tiles(primaries, params, TILE * jax.device_count())
     itemsize = max(v.dtype.itemsize for v in params.values() if jnp.issubdtype(v.dtype, jnp.floating))
     # A chunk spread over every device leaves each a tile's share (`by_tiles`).
     return by_tiles(primaries, params, unrolled_tile(dag, itemsize, jax.device_count()))

@@ -27,6 +27,7 @@ from sweep.engine.store import WriteError, check_finite, identity, make_layout, 
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import variable_name
 from sweep.scenario.spec import Spec, load_spec
+from sweep.engine.xla import program_jit
 
 ACCUMULATOR_LIMIT = 4 << 30  # bytes of accumulators a sweep may hold on its devices
 CHECKPOINT_SECONDS = 30.0
@@ -81,7 +82,7 @@ def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
     return kernel.Box(np.asarray(starts, np.int32), np.int32(high), np.int32(chunk.size))
 
 
-@functools.partial(jax.jit, donate_argnums=0, static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size"))
+@functools.partial(program_jit, dag=3, donate_argnums=0, static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size"))
 def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size):
     """One chunk's primaries (`fenced_primaries`, the same code as a full
     cube's), selected outputs and fold into the accumulators, in one
