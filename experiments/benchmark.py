@@ -15,11 +15,13 @@ The scenarios (`SCENARIOS`): resnet50/wfbp with an update barrier on a
 2**20-configuration grid, held to >= 1.0 times its reference; mgwfbp on the
 same DAG (data-dependent buckets need the channel scan), >= 0.5 times the
 wfbp reference; the layer-wise update and ZeRO-3, whose DAGs are lowered
-unrolled, >= 0.3 times their own reference, and the same on bert_large,
-on smaller grids (2**16 configurations, 2**12 for bert_large's layer-wise
-update). It also reports each DAG shape's lowering mode, the compile time
-of a 3-iteration bert_large DAG (host DAG build + XLA, < 10 s) and the
-process's peak resident memory. On a GPU machine it adds a large grid.
+unrolled, on 2**24 configurations (where a sweep runs them as straight-line
+code), >= 0.3 times their own reference, and the same on bert_large, on
+smaller grids (2**16 configurations, 2**12 for bert_large's layer-wise
+update; the scans). `--size-log2` scales every grid alike. It also
+reports each DAG shape's lowering mode, the compile time of a 3-iteration
+bert_large DAG (host DAG build + XLA, < 10 s) and the process's peak
+resident memory. On a GPU machine it adds a large grid.
 """
 from __future__ import annotations
 
@@ -58,19 +60,21 @@ class Scenario(NamedTuple):
     keys: dict  # set over GRID
     reference: str | None  # the scenario whose fused reference (wfbp) it is held to
     target: float | None  # the least sweep.run / reference wanted
-    max_log2: int | None  # a smaller grid (the unrolled path is slower); None: the full one
+    log2: int = 20  # its grid's size, 2**log2 configurations at the default --size-log2 (20)
 
 
-# bert_large's layer-wise grid is smaller still: that unrolled program, when
-# it ran as scans, was slow and memory-hungry (2**14 configurations peaked at
-# about 7 GiB). resnet50's layer-wise grid was 2**14 until straight-line code
-# (2026-12-06); at 2**14 sweep.run's fixed costs take a fifth of the time.
+# resnet50's layer-wise and ZeRO-3 grids are 2**24 configurations: a sweep
+# runs an unrolled program as straight-line code from
+# `sweep.engine.xla.STRAIGHT_FROM` (2**24) configurations of one DAG shape,
+# and with the scans below that. bert_large's layer-wise grid is small: that
+# unrolled program, as scans, is slow and memory-hungry (2**14
+# configurations peaked at about 7 GiB).
 SCENARIOS = {
-    "resnet50/wfbp": Scenario({}, "resnet50/wfbp", 1.0, None),
+    "resnet50/wfbp": Scenario({}, "resnet50/wfbp", 1.0),
     # Data-dependent buckets need the channel scan.
-    "resnet50/mgwfbp": Scenario({"strategy": "mgwfbp"}, "resnet50/wfbp", 0.5, None),
-    "resnet50/layerwise": Scenario({"update": "layerwise"}, "resnet50/layerwise", 0.3, 16),
-    "resnet50/zero3": Scenario({"zero": 3}, "resnet50/zero3", 0.3, 16),
+    "resnet50/mgwfbp": Scenario({"strategy": "mgwfbp"}, "resnet50/wfbp", 0.5),
+    "resnet50/layerwise": Scenario({"update": "layerwise"}, "resnet50/layerwise", 0.3, 24),
+    "resnet50/zero3": Scenario({"zero": 3}, "resnet50/zero3", 0.3, 24),
     "bert_large/layerwise": Scenario({"model": "bert_large", "update": "layerwise"}, None, None, 12),
     "bert_large/zero3": Scenario({"model": "bert_large", "zero": 3}, None, None, 16),
 }
@@ -186,7 +190,7 @@ def worker(memory: bool, gpu_log2: int, size_log2: int) -> dict:
 
     references, scenarios = {}, {}
     for name, sc in SCENARIOS.items():
-        spec = sweep.load_spec(grid(min(size_log2, sc.max_log2 or size_log2), **sc.keys))
+        spec = sweep.load_spec(grid(max(10, sc.log2 + size_log2 - 20), **sc.keys))
         if cpu and sc.reference == name:
             references[name] = reference(spec)
         expected = references[name].pop("times") if name in references else None

@@ -9,9 +9,10 @@ fits, sensitivities and `explain`, comes from that one program:
   body of one iteration is evaluated once, as offsets from its entry, and
   the K iterations are the input/update recursion of `steady_state`;
 - unrolled: every task of the K iterations, and the iteration time is
-  (F_K - F_1) / (K - 1) for the finish F_k of iteration k's exit. On a CPU
-  it runs as straight-line code (`kernels.straight`, `straight_line`), with
-  the same segment semantics as `kernels.program`'s scans.
+  (F_K - F_1) / (K - 1) for the finish F_k of iteration k's exit. A large
+  sweep on a CPU runs it as straight-line code (`kernels.straight`; the
+  caller asks with `straight`, where `straight_line` allows it), with the
+  same segment semantics as `kernels.program`'s scans.
 """
 from __future__ import annotations
 
@@ -54,8 +55,9 @@ def steady_state(work, io, h2d, prefetch, iterations: int, temperature=None):
     return (update[-1] - update[0]) / (iterations - 1)
 
 
-def context(dag, p, fixed_buckets=False, free=False) -> Context:
-    """The per-configuration costs and switches a program run needs."""
+def context(dag, p, fixed_buckets=False, free=False, straight=False) -> Context:
+    """The per-configuration costs and switches a program run needs;
+    `straight` (static): run it as straight-line code (`straight_line` must allow it)."""
     p = Params.of(p)
     forward, backward, update = compute_profile(dag.forward_total, dag.backward_total, dag.total_params,
                                                 dag.traced, p)
@@ -67,14 +69,16 @@ def context(dag, p, fixed_buckets=False, free=False) -> Context:
                    threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
                    credit=p.credit_bytes, planner=planner(p), floor=p.task_floor, fixed_buckets=fixed_buckets, free=free,
                    partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps,
-                   straight=straight_line(dag))
+                   straight=straight)
 
 
 def straight_line(dag) -> bool:
-    """Whether the DAG's program runs as straight-line code (`kernels.straight`):
+    """Whether the DAG's program may run as straight-line code (`kernels.straight`):
     an unrolled program without a priority channel, on a CPU. Elsewhere the
     segments' scans run (on an accelerator every unrolled step of a scan
-    would be a kernel of its own; the straight program there is not measured)."""
+    would be a kernel of its own; the straight program there is not
+    measured). Whether it pays is the caller's call: it compiles 3-30x
+    slower (`sweep.engine.xla.straight_code`)."""
     return straight_applies(dag.lowered, dag.priority_steps) and jax.default_backend() == "cpu"
 
 
@@ -128,16 +132,17 @@ def busy_compute(lowered, ctx: Context):
     return total
 
 
-def iteration_primaries(dag, p, fixed_buckets=False):
+def iteration_primaries(dag, p, fixed_buckets=False, straight=False):
     """Iteration time, single-GPU (free communication) time, the busy time of
     compute, communication and input, and the samples per step, as [C]
-    arrays. `fixed_buckets` (static) promises every strategy is bsp or wfbp."""
+    arrays. `fixed_buckets` (static) promises every strategy is bsp or
+    wfbp; `straight` (static) runs an unrolled program as straight-line code."""
     p = Params.of(p)
     lowered = dag.lowered
-    ctx = context(dag, p, fixed_buckets)
+    ctx = context(dag, p, fixed_buckets, straight=straight)
     t, run = iteration_time(lowered, ctx)
     compute_time = busy_compute(lowered, ctx)
-    free_ctx = context(dag, p, fixed_buckets, free=True)
+    free_ctx = context(dag, p, fixed_buckets, free=True, straight=straight)
     if lowered.mode == "contracted" and lowered.free_by_compute:
         # With free communication the exit waits only for the compute chain.
         t_free = iteration_time(lowered, free_ctx, work_override=compute_time)[0]
@@ -199,7 +204,7 @@ def derived_outputs(primary, p):
     }
 
 
-def iteration_outputs(dag, p, fixed_buckets=False):
+def iteration_outputs(dag, p, fixed_buckets=False, straight=False):
     """All outputs of DESIGN 2.4 as a dict of [C] arrays.
 
     The iteration with free communication is also the single-GPU case (P = 1
@@ -207,10 +212,11 @@ def iteration_outputs(dag, p, fixed_buckets=False):
     `bottleneck` is the resource with the most busy time per iteration
     (compute, the busiest communication channel, or input): the one that bounds
     throughput once everything else overlaps. `fixed_buckets` (static)
-    promises every strategy is bsp or wfbp: the channel then has a closed form.
+    promises every strategy is bsp or wfbp: the channel then has a closed form;
+    `straight` (static), as in `iteration_primaries`.
     """
     p = Params.of(p)
-    return derived_outputs(iteration_primaries(dag, p, fixed_buckets), p)
+    return derived_outputs(iteration_primaries(dag, p, fixed_buckets, straight), p)
 
 
 def schedule(dag, p):

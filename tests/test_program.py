@@ -15,7 +15,7 @@ import pytest
 from kernels.channel import Planner
 from kernels.codes import FIFO_STRATEGIES as STRATEGIES
 from kernels.collectives import CollectiveCost
-from kernels.iteration import busy_compute, context, iteration_outputs, lowered_schedule
+from kernels.iteration import busy_compute, context, iteration_outputs, lowered_schedule, straight_line
 from kernels.iteration import iteration_time as eager_iteration_time
 from kernels.program import Context
 from oracle import iteration_time as oracle_time
@@ -26,14 +26,15 @@ from kernels.codes import ALWAYS, COMM_COSTS
 from sweep.graph.dag import Dag, Shape, Task, build_dag
 from sweep.graph.lowering import LoweringError, lower
 from sweep.engine.params import Column, kernel_params
-from sweep.engine.xla import program_jit
+from sweep.engine.xla import COMPILER_OPTIONS, STRAIGHT_FROM, program_jit, straight_code
 
 # Both evaluators of a program: its segments' scans (`kernels.program`) and
-# straight-line code (`kernels.straight`), which runs unrolled programs on
-# CPUs; compiled as straight-line code is (`sweep.engine.xla`) for both.
-iteration_time = program_jit(lambda lowered, ctx: (eager_iteration_time(lowered, ctx)[0], None),
-                             static_argnums=(0,), straight=True)
-lowered_schedule = program_jit(lowered_schedule, static_argnums=(0,), straight=True)
+# straight-line code (`kernels.straight`), which runs large sweeps of
+# unrolled programs on CPUs; compiled as straight-line code is
+# (`sweep.engine.xla`) for both.
+iteration_time = jax.jit(lambda lowered, ctx: (eager_iteration_time(lowered, ctx)[0], None),
+                         static_argnums=(0,), compiler_options=COMPILER_OPTIONS)
+lowered_schedule = jax.jit(lowered_schedule, static_argnums=(0,), compiler_options=COMPILER_OPTIONS)
 EVALUATORS = {"scans": False, "straight": True}
 
 SHAPES = [Shape(), Shape(update="layerwise"), Shape(pipelined=True), Shape(zero=1), Shape(zero=2), Shape(zero=3),
@@ -174,19 +175,19 @@ def test_lowering_modes():
     assert "entry" in modes[str(Shape(zero=3))].reason
 
 
-def test_unrolled_programs_run_as_straight_line_code_on_cpu():
+def test_large_sweeps_of_unrolled_programs_run_as_straight_line_code_on_cpu():
     """Which evaluator a sweep gets: straight-line code for an unrolled
-    program on a CPU, the scans for a contracted one and for a priority
-    channel (whose partitions are a scan of their own)."""
-    from kernels.iteration import straight_line
-
+    program on a CPU from STRAIGHT_FROM configurations of it (it compiles
+    slower), the scans below that, for a contracted program and for a
+    priority channel (whose partitions are a scan of their own)."""
     assert jax.default_backend() == "cpu"
     model = zoo.get_model("resnet50")
-    assert straight_line(compile_zoo_model(model, 3, None, Shape(update="layerwise"), priority=False))
-    assert straight_line(compile_zoo_model(model, 3, None, Shape(zero=3)))
-    assert not straight_line(compile_zoo_model(model, 3, None, Shape()))
+    layerwise = compile_zoo_model(model, 3, None, Shape(update="layerwise"), priority=False)
+    assert straight_code(layerwise, STRAIGHT_FROM) and not straight_code(layerwise, STRAIGHT_FROM - 1)
+    assert straight_code(compile_zoo_model(model, 3, None, Shape(zero=3)), STRAIGHT_FROM)
+    assert not straight_code(compile_zoo_model(model, 3, None, Shape()), STRAIGHT_FROM)
     priority = compile_zoo_model(model, 3, None, Shape(update="layerwise"), priority=True)
-    assert priority.priority_steps > 0 and not straight_line(priority)
+    assert priority.priority_steps > 0 and not straight_code(priority, STRAIGHT_FROM)
 
 
 def test_layerwise_updates_are_one_map_per_iteration():
@@ -297,13 +298,15 @@ def test_sweep_kernel_matches_the_oracle(model, shape):
     the oracle fed the kernel's own costs (collectives are tested elsewhere)."""
     C = 12
     rng = np.random.default_rng(7)
-    # No priority channel (the strategies here are FIFO ones): unrolled DAGs run as straight-line code.
+    # No priority channel (the strategies here are FIFO ones): unrolled DAGs run as straight-line code,
+    # as a large sweep runs them.
     compiled = compile_zoo_model(zoo.get_model(model), 3, None, shape, priority=False)
     columns = random_columns(rng, C)
     if shape.pipelined:
         columns["algorithm"] = Column(("hierarchical",), np.zeros(C, int))
     p32 = kernel_params(columns, zoo.get_model(model), C)
-    got = np.asarray(program_jit(iteration_outputs)(compiled, p32)["iteration_time"])
+    kernel = program_jit(iteration_outputs, static_argnames=("straight",))
+    got = np.asarray(kernel(compiled, p32, straight=straight_line(compiled))["iteration_time"])
     p64 = {k: jnp.asarray(v, jnp.float64 if np.issubdtype(v.dtype, np.floating) else v.dtype)
            for k, v in p32.items()}
     ctx = context(compiled, p64)

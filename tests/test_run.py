@@ -136,6 +136,41 @@ def test_prepared_chunk_is_the_sweep_kernel():
     assert prepared.compile_fresh().mode == prepared.compiled.mode
 
 
+@pytest.mark.parametrize("reduce", [False, True], ids=["cube", "reduce"])
+def test_a_large_sweep_runs_unrolled_programs_as_straight_line_code(monkeypatch, reduce):
+    """From STRAIGHT_FROM configurations per structural group a sweep (a
+    cube or a reduction) evaluates an unrolled program as straight-line
+    code (`kernels.straight`), below it by the segments' scans: the same
+    results either way, for each structural group."""
+    import sweep.engine.evaluate
+    import sweep.engine.reducer
+    import sweep.engine.xla
+
+    keys = {"model": "alexnet", "batch_size": [8, 64], "nodes": [1, 2, 4], "gpus_per_node": [1, 4],
+            "update": ["barrier", "layerwise"], "inter": {"bandwidth": [1e9, 1e10]}}
+    if reduce:
+        keys["reduce"] = {"over": ["nodes", "inter.bandwidth"], "statistics": ["mean", "max"]}
+    spec = sweep.load_spec(keys)
+    chosen = []  # (DAG mode, straight-line code) of each chunk
+
+    def spied(dag, configurations):
+        chosen.append((dag.mode, sweep.engine.xla.straight_code(dag, configurations)))
+        return chosen[-1][1]
+
+    monkeypatch.setattr(sweep.engine.reducer if reduce else sweep.engine.evaluate, "straight_code", spied)
+    scans = sweep.run(spec)
+    assert sorted(chosen) == [("contracted", False), ("unrolled", False)]
+    chosen.clear()
+    monkeypatch.setattr(sweep.engine.xla, "STRAIGHT_FROM", spec.size // 2)  # two structural groups
+    straight = sweep.run(spec)
+    assert sorted(chosen) == [("contracted", False), ("unrolled", True)]
+    # float32 rounding of the same sums in another order; a difference of two times (exposed
+    # communication) keeps their absolute error.
+    atol = 2e-6 * float(scans["iteration_time"].max()) if not reduce else 0.0
+    for name in scans.data_vars:
+        np.testing.assert_allclose(straight[name].values, scans[name].values, rtol=2e-6, atol=atol, err_msg=name)
+
+
 @pytest.mark.parametrize("shape", [{"strategy": "mgwfbp"}, {"update": "layerwise"}, {"zero": 3}])
 def test_tiles_give_the_whole_chunk(shape):
     """Evaluating tile by tile (sweep.engine.evaluate.by_tiles) is the same
@@ -149,7 +184,7 @@ def test_tiles_give_the_whole_chunk(shape):
     prepared = sweep.prepare_chunk(spec)
     assert prepared.size == 32
     fn = functools.partial(_primaries, prepared.compiled, tangents=prepared.tangents,
-                           fixed_buckets=prepared.fixed_buckets)
+                           fixed_buckets=prepared.fixed_buckets, straight=prepared.straight)
     whole = jax.jit(fn)(prepared.params)  # compiled: op by op, the unrolled programs took 10-20 s
     tiled = jax.jit(lambda params: by_tiles(fn, params, 8))(prepared.params)
     assert whole.keys() == tiled.keys()

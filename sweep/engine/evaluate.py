@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from kernels.broadcast import over_box
-from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries, straight_line
+from kernels.iteration import derived_outputs, iteration_outputs, iteration_primaries
 from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
@@ -26,10 +26,10 @@ from sweep.engine import device_draws
 from sweep.engine.devices import Devices, visible_devices
 from sweep.engine.params import Column, kernel_params
 from sweep.engine.plan import Plan
+from sweep.engine.xla import program_jit, straight_code
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
 from sweep.scenario.spec import Spec, possible_values
-from sweep.engine.xla import program_jit
 
 DEFAULT_CHUNK = 1 << 18  # on CPUs
 # On a GPU a chunk must be large enough to hide the host's fixed work per
@@ -47,7 +47,7 @@ def default_chunk(platforms) -> int:
 TRACES: collections.Counter = collections.Counter()
 
 
-@program_jit
+@jax.jit
 def evaluate_params(dag, params):
     """Outputs ([C] arrays) for explicit per-configuration parameter arrays.
 
@@ -57,17 +57,18 @@ def evaluate_params(dag, params):
     return iteration_outputs(dag, params)
 
 
-@functools.partial(program_jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets"))
-def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False):
+@functools.partial(program_jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets", "straight"))
+def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False, straight=False):
     """The requested outputs for one chunk: `fenced_primaries`, then the
     outputs. `tangents` holds, per sensitivity output, its (parameter,
     multiplier) pairs (see sweep.scenario.sensitivity); `fixed_buckets`,
-    that the scenario only ever uses bsp or wfbp."""
+    that the scenario only ever uses bsp or wfbp; `straight`, that the
+    program runs as straight-line code (`sweep.engine.xla.straight_code`)."""
     TRACES[outputs] += 1  # runs only while tracing
-    return selected_outputs(fenced_primaries(dag, params, tangents, fixed_buckets), params, outputs, size)
+    return selected_outputs(fenced_primaries(dag, params, tangents, fixed_buckets, straight), params, outputs, size)
 
 
-def fenced_primaries(dag, params, tangents, fixed_buckets):
+def fenced_primaries(dag, params, tangents, fixed_buckets, straight=False):
     """The primary kernel between optimisation barriers, for use inside a
     larger program. Fenced, it compiles to the same code whatever surrounds
     it (a full cube's outputs, a reduction's fold), so the two agree bit for
@@ -75,32 +76,33 @@ def fenced_primaries(dag, params, tangents, fixed_buckets):
     cannot fuse the channel evaluation into every output that divides by
     the iteration time (`kernels.iteration.derived_outputs`)."""
     barrier = jax.lax.optimization_barrier
-    return barrier(_primary_kernel(dag, barrier(params), tangents, fixed_buckets))
+    return barrier(_primary_kernel(dag, barrier(params), tangents, fixed_buckets, straight))
 
 
-@functools.partial(jax.jit, static_argnames=("tangents", "fixed_buckets"))
-def _primary_kernel(dag, params, tangents, fixed_buckets):
+@functools.partial(jax.jit, static_argnames=("tangents", "fixed_buckets", "straight"))
+def _primary_kernel(dag, params, tangents, fixed_buckets, straight=False):
     TRACES[tangents, fixed_buckets] += 1  # runs only while tracing
-    primaries = functools.partial(_primaries, dag, tangents=tangents, fixed_buckets=fixed_buckets)
+    primaries = functools.partial(_primaries, dag, tangents=tangents, fixed_buckets=fixed_buckets,
+                                  straight=straight)
     if fixed_buckets and dag.mode == "contracted":
         return primaries(params)  # the closed form streams well untiled (tiles measured no faster)
     if jax.default_backend() != "cpu":
         return primaries(params)  # a GPU wants the whole chunk: one tile could not fill it (not measured)
     if dag.mode == "contracted":
         return by_tiles(primaries, params, CHANNEL_TILE)
-    if straight_line(dag):  # no registers: each device's share is TILE
+    if straight:  # no registers: each device's share is TILE
         return by_tiles(primaries, params, TILE * jax.device_count())
     itemsize = max(v.dtype.itemsize for v in params.values() if jnp.issubdtype(v.dtype, jnp.floating))
     # A chunk spread over every device leaves each a tile's share (`by_tiles`).
     return by_tiles(primaries, params, unrolled_tile(dag, itemsize, jax.device_count()))
 
 
-def _primaries(dag, params, tangents, fixed_buckets):
-    out = iteration_primaries(dag, params, fixed_buckets)
+def _primaries(dag, params, tangents, fixed_buckets, straight):
+    out = iteration_primaries(dag, params, fixed_buckets, straight)
     floats = {k: v for k, v in params.items() if jnp.issubdtype(v.dtype, jnp.floating)}
 
     def iteration_time(float_params):
-        return iteration_primaries(dag, {**params, **float_params}, fixed_buckets)["iteration_time"]
+        return iteration_primaries(dag, {**params, **float_params}, fixed_buckets, straight)["iteration_time"]
 
     for name, rule in tangents:
         direction = {k: jnp.zeros_like(v) for k, v in floats.items()}
@@ -202,7 +204,8 @@ def _dispatch(spec, plan, chunk, devices):
     """Start a chunk on the devices: its outputs and its sampled values."""
     dag, (args, static), tangents, fixed_buckets, sampled = packed_chunk(spec, plan, chunk, devices)
     params = expand(*args, **static)
-    out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets)
+    out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets,
+                        straight=straight_code(dag, plan.group_size))
     return out, sampled  # asynchronous
 
 
@@ -352,32 +355,36 @@ class PreparedChunk:
     size: int
     tangents: tuple
     fixed_buckets: bool
+    straight: bool  # the program runs as straight-line code (`sweep.engine.xla.straight_code`)
 
     def evaluate(self) -> dict:
         """Every output of `spec.outputs` for the chunk, [size] each, computed
         (it waits for the devices, so that timing it times the work)."""
         return jax.block_until_ready(_sweep_kernel(self.compiled, self.params, self.spec.outputs, self.size,
-                                                   self.tangents, self.fixed_buckets))
+                                                   self.tangents, self.fixed_buckets, straight=self.straight))
 
     def compile_fresh(self) -> CompiledDag:
         """Build and lower the DAG again (bypassing the compile cache) and
         XLA-compile the primary kernel for it: what a new structural group costs."""
         compiled = compile_structure_uncached(self.structure)
-        _primary_kernel.lower(compiled, self.params, self.tangents, self.fixed_buckets).compile()
+        _primary_kernel.lower(compiled, self.params, self.tangents, self.fixed_buckets, self.straight).compile()
         return compiled
 
 
-def prepare_chunk(spec: Spec, chunk: int | None = None, devices: Devices | None = None) -> PreparedChunk:
+def prepare_chunk(spec: Spec, chunk: int | None = None, devices: Devices | None = None,
+                  straight: bool | None = None) -> PreparedChunk:
     """The first chunk of `spec` (at most `chunk` configurations, default
-    `default_chunk`, in cube
-    order), its parameters resolved and put on `devices` (default: every
-    visible device)."""
+    `default_chunk`, in cube order), its parameters resolved and put on
+    `devices` (default: every visible device); its program evaluated as
+    `sweep.run` would (`straight` None) or as straight-line code or not."""
     devices = devices or visible_devices()
     plan = Plan(spec, chunk or default_chunk(devices.platforms), multiple=devices.count)
     first = next(plan.chunks())
     dag, params, tangents, fixed_buckets, _ = _chunk_inputs(spec, plan, first)
     params = jax.block_until_ready(_on_devices(params, plan, first, devices, _varying(spec, plan, first)))
-    return PreparedChunk(spec, first.structure, dag, params, first.padded, tangents, fixed_buckets)
+    if straight is None:
+        straight = straight_code(dag, plan.group_size)
+    return PreparedChunk(spec, first.structure, dag, params, first.padded, tangents, fixed_buckets, straight)
 
 
 def _finish(chunk, out, sampled, plan, store, devices, progress):

@@ -80,6 +80,11 @@ class Plan:
                     chunk_id += 1
 
     @property
+    def group_size(self) -> int:
+        """Configurations per structural group (all groups have as many)."""
+        return math.prod(self.inner_shape)
+
+    @property
     def num_chunks(self) -> int:
         groups = math.prod(self.spec.shape[i] for i in self.group_axes)
         leading = math.prod(self.inner_shape[:self.split])

@@ -27,7 +27,7 @@ from sweep.engine.store import WriteError, check_finite, identity, make_layout, 
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import variable_name
 from sweep.scenario.spec import Spec, load_spec
-from sweep.engine.xla import program_jit
+from sweep.engine.xla import program_jit, straight_code
 
 ACCUMULATOR_LIMIT = 4 << 30  # bytes of accumulators a sweep may hold on its devices
 CHECKPOINT_SECONDS = 30.0
@@ -82,8 +82,9 @@ def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
     return kernel.Box(np.asarray(starts, np.int32), np.int32(high), np.int32(chunk.size))
 
 
-@functools.partial(program_jit, dag=3, donate_argnums=0, static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size"))
-def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size):
+@functools.partial(program_jit, donate_argnums=0,
+                   static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size", "straight"))
+def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size, straight=False):
     """One chunk's primaries (`fenced_primaries`, the same code as a full
     cube's), selected outputs and fold into the accumulators, in one
     compiled program: run as two, the primaries were written out and read
@@ -91,7 +92,7 @@ def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, 
     any valid configuration gave a non-finite value. The parameters come
     from `expand`, compiled apart as for a full cube, so a sample's draws
     round exactly as there."""
-    primary = fenced_primaries(dag, params, tangents, fixed_buckets)
+    primary = fenced_primaries(dag, params, tangents, fixed_buckets, straight)
     return kernel.accumulate(acc, selected_outputs(primary, params, outputs, size), box, shape)
 
 
@@ -151,7 +152,8 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
             dag, (args, static), tangents, fixed_buckets, _ = packed_chunk(spec, plan, chunk_, lane.devices,
                                                                           sampled_values=False)
             lane.acc, bad = _fold_chunk(lane.acc, expand(*args, **static), lane.devices.replicate(
-                chunk_box(spec, shape, chunk_)), dag, tangents, fixed_buckets, shape, spec.outputs, plan.length)
+                chunk_box(spec, shape, chunk_)), dag, tangents, fixed_buckets, shape, spec.outputs, plan.length,
+                straight=straight_code(dag, plan.group_size))
             checked.append((lane, chunk_, bad))
             folded.append(chunk_.id)
             _check_finite(spec, plan, checked, keep=len(lanes))

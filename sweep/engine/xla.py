@@ -1,16 +1,33 @@
-"""XLA settings for the jitted programs that evaluate a DAG.
+"""Which evaluator a sweep's program gets on a CPU, and XLA's settings for it.
 
-On a CPU an unrolled program runs as straight-line code, one [C] value per
-task (`kernels.straight`), which XLA compiles into one loop over the
-configurations. XLA's newer CPU fusion emitter duplicates a fused value for
-each of its readers instead of computing it once: on ResNet-50's ZeRO-3
-program (1,617 tasks) the generated code held 15x the additions of the HLO,
-was not vectorised and ran 5x slower, and a layer-wise program compiled for
-9 minutes instead of 6 s. The older emitter computes each value once. The
-contracted programs are faster with the newer one (resnet50/mgwfbp
-`sweep.run` 3.1 against 6.2-8.8 M/s with the older, 2-core Xeon), so only
-the straight-line programs get `COMPILER_OPTIONS` (XLA's CPU backend's
-own; other backends ignore them).
+On a CPU an unrolled program can run as straight-line code, one [C] value
+per task (`kernels.straight`), which XLA compiles into one loop over the
+configurations: 2-3x the rate of the segments' scans, but 3-30x their
+compile time. Measured on the benchmark grid (2**16 configurations, one
+device, 2-core Xeon; first call, then steady rate):
+
+    DAG (tasks)                  scans           straight-line
+    resnet50 layer-wise (1,614)  2.3 s, 0.57 M/s  7.8 s, 1.84 M/s
+    resnet50 ZeRO-3 (1,617)      1.2 s, 0.87 M/s 12.4 s, 1.64 M/s
+    gpt2 ZeRO-3 (1,215)          1.1 s, 1.15 M/s  6.7 s, 1.86 M/s
+    bert_large ZeRO-3 (3,111)    1.3 s, 0.40 M/s 42.1 s, 0.70 M/s
+
+so the straight-line code only wins from 4.6 M (layer-wise) to 38 M
+(bert_large ZeRO-3) configurations of one DAG; `explain` of a 1,215-task
+ZeRO-3 DAG (every task's times, one configuration) compiled in 145 s
+against 2.5 s. A sweep therefore takes it from `STRAIGHT_FROM`
+configurations per structural group (`straight_code`); explain and the
+fits, which evaluate a few configurations, run the scans.
+
+XLA's newer CPU fusion emitter duplicates a fused value for each of its
+readers instead of computing it once: on ResNet-50's ZeRO-3 program the
+generated code held 15x the additions of the HLO, was not vectorised and
+ran 5x slower, and a layer-wise program compiled for 9 minutes instead of
+6 s. The older emitter computes each value once. The contracted programs
+are faster with the newer one (resnet50/mgwfbp `sweep.run` 3.1 against
+6.2-8.8 M/s with the older, 2-core Xeon), so only the straight-line
+programs get `COMPILER_OPTIONS` (XLA's CPU backend's own; other backends
+ignore them).
 """
 from __future__ import annotations
 
@@ -21,20 +38,28 @@ import jax
 from kernels.iteration import straight_line
 
 COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# Configurations of one structural group from which a sweep runs an
+# unrolled program as straight-line code on a CPU: within the measured
+# break-even range above, past the layer-wise one.
+STRAIGHT_FROM = 1 << 24
 
 
-def program_jit(fn=None, *, dag: int = 0, straight: bool | None = None, **kwargs):
-    """`jax.jit(fn, **kwargs)`, compiled with `COMPILER_OPTIONS` when the
-    program runs as straight-line code: as `straight` says, or else as
-    `kernels.iteration.straight_line` says of the compiled DAG passed as
-    positional argument `dag`. Also a decorator factory through
-    `functools.partial(program_jit, dag=..., static_argnames=...)`."""
+def straight_code(dag, configurations: int) -> bool:
+    """Whether a sweep evaluating `configurations` configurations of the
+    compiled DAG `dag` runs its program as straight-line code."""
+    return straight_line(dag) and configurations >= STRAIGHT_FROM
+
+
+def program_jit(fn=None, **kwargs):
+    """`jax.jit(fn, **kwargs)` for a function with a static keyword argument
+    `straight` (straight-line code, `kernels.straight`): compiled with
+    `COMPILER_OPTIONS` when it is true. Also a decorator factory through
+    `functools.partial(program_jit, static_argnames=...)`."""
     plain = jax.jit(fn, **kwargs)
     fused = jax.jit(fn, compiler_options=COMPILER_OPTIONS, **kwargs)
 
     @functools.wraps(fn)
     def call(*args, **kw):
-        use = straight if straight is not None else straight_line(args[dag])
-        return (fused if use else plain)(*args, **kw)
+        return (fused if kw.get("straight", False) else plain)(*args, **kw)
 
     return call

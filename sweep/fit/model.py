@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FALLBACK, LINK_FIELDS, allreduce_time, collective_cost
-from kernels.iteration import iteration_outputs, straight_line
+from kernels.iteration import iteration_outputs
 from kernels.parameters import CODES
 from sweep.engine.params import link_extension, point_params
 from sweep.errors import SpecError, closest
@@ -242,11 +242,6 @@ class Model:
         self.measured = np.empty(count)
         for g in groups:
             self.measured[g.index] = g.measured
-
-    @property
-    def straight(self) -> bool:
-        """Whether a group's program runs as straight-line code (`sweep.engine.xla`)."""
-        return any(g.dag is not None and straight_line(g.dag) for g in self.groups)
 
     def values(self, theta):
         return jnp.where(self.log_mask, jnp.exp(theta), theta)

@@ -20,7 +20,6 @@ prediction unchanged, and half that interval is its (relative) uncertainty.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 
@@ -36,7 +35,6 @@ from sweep.fit.data import Row
 from sweep.fit.options import FitOptions
 from sweep.fit.model import FITTABLE, LINK_TABLES, SWITCHES, Group, Model, build_groups, loss_terms
 from sweep.fit.uncertainty import gauss_newton_sigma, posterior_covariance
-from sweep.engine.xla import program_jit
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
@@ -262,10 +260,9 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
             (theta, _), history = jax.lax.scan(step, (theta, state), (jnp.asarray(temps), jnp.asarray(widths)))
             return theta, history
 
-        jit = functools.partial(program_jit, straight=model.straight)
-        final, _ = jit(jax.vmap(run))(starts)
+        final, _ = jax.jit(jax.vmap(run))(starts)
         # Score every start with the hard model (hard max, hard switches), as sweeps evaluate it.
-        predictions = np.asarray(jit(jax.vmap(model.predict))(final))
+        predictions = np.asarray(jax.jit(jax.vmap(model.predict))(final))
         with np.errstate(all="ignore"):
             hard = np.array([float(loss_terms(q, model.measured, options.tail, np) + prior(t))
                              for q, t in zip(predictions, final)])
@@ -273,11 +270,11 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         best = int(np.argmin(hard))
         theta = final[best]
         pred = predictions[best]
-        theta, switch_sigma = snap_switches(jit(model.predict), theta, pred, switch_index)
+        theta, switch_sigma = snap_switches(jax.jit(model.predict), theta, pred, switch_index)
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
         residual = lambda t: jnp.log(model.predict(t, final_temperature, options.width[1])) - jnp.log(measured)  # noqa: E731
-        jac = np.asarray(jit(jax.jacfwd(residual))(theta))
+        jac = np.asarray(jax.jit(jax.jacfwd(residual))(theta))
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)

@@ -8,7 +8,6 @@ into a stated prediction interval per row.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 
@@ -16,10 +15,8 @@ import jax
 import numpy as np
 from scipy import stats
 
-from sweep.engine.xla import program_jit
 from sweep.fit.data import Row
 from sweep.fit.model import FITTABLE, Model, build_groups
-
 
 def posterior_covariance(jac: np.ndarray, residual: np.ndarray, prior_precision: np.ndarray,
                          fixed: list[int]) -> np.ndarray:
@@ -92,10 +89,9 @@ def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | No
         model = Model(groups, [FITTABLE[k][1] for k in fitted], len(observations))
         theta = np.array([math.log(rows[0].point[k]) if FITTABLE[k][1] == "log" else rows[0].point[k]
                           for k in fitted], np.float64)
-        jit = functools.partial(program_jit, straight=model.straight)
-        pred = np.asarray(jit(model.predict)(jax.numpy.asarray(theta)))
+        pred = np.asarray(jax.jit(model.predict)(jax.numpy.asarray(theta)))
         if uncertainty is not None:
-            grad = (np.asarray(jit(jax.jacfwd(lambda t: jax.numpy.log(model.predict(t))))(theta))
+            grad = (np.asarray(jax.jit(jax.jacfwd(lambda t: jax.numpy.log(model.predict(t))))(theta))
                     if fitted else np.zeros((len(observations), 0)))
             parameters = np.maximum(np.einsum("ij,jk,ik->i", grad, covariance, grad), 0.0)
             z = stats.t.ppf(0.5 + level / 2, int(uncertainty.get("degrees_of_freedom", 1)))

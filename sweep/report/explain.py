@@ -20,11 +20,10 @@ from sweep.graph.compiler import compile_structure
 from sweep.graph.dag import concretize, split_partitions
 from sweep.engine.params import point_params
 from sweep.engine.plan import structure_of
-from sweep.engine.xla import program_jit
 from sweep.scenario.spec import Spec, SpecError
 
-_schedule = program_jit(schedule)
-_outputs = program_jit(iteration_outputs)
+_schedule = jax.jit(schedule)
+_outputs = jax.jit(iteration_outputs)
 PHASES = ("io", "h2d", "forward", "backward", "comm", "gather", "update")
 
 
