@@ -132,22 +132,34 @@ def busy_compute(lowered, ctx: Context):
     return total
 
 
-def iteration_primaries(dag, p, fixed_buckets=False, straight=False):
+def single_gpu_time(dag, p, fixed_buckets=False, straight=False, compute_time=None):
+    """The iteration time with free communication [C]: the single-GPU case
+    (P = 1 costs nothing). `compute_time`: `busy_compute`'s, if known."""
+    p = Params.of(p)
+    lowered = dag.lowered
+    free_ctx = context(dag, p, fixed_buckets, free=True, straight=straight)
+    if lowered.mode == "contracted" and lowered.free_by_compute:
+        # With free communication the exit waits only for the compute chain.
+        if compute_time is None:
+            compute_time = busy_compute(lowered, free_ctx)
+        return iteration_time(lowered, free_ctx, work_override=compute_time)[0]
+    return iteration_time(lowered, free_ctx)[0]
+
+
+def iteration_primaries(dag, p, fixed_buckets=False, straight=False, t_free=None):
     """Iteration time, single-GPU (free communication) time, the busy time of
     compute, communication and input, and the samples per step, as [C]
     arrays. `fixed_buckets` (static) promises every strategy is bsp or
-    wfbp; `straight` (static) runs an unrolled program as straight-line code."""
+    wfbp; `straight` (static) runs an unrolled program as straight-line
+    code; `t_free`, the single-GPU time if the caller has it
+    (`single_gpu_time`)."""
     p = Params.of(p)
     lowered = dag.lowered
     ctx = context(dag, p, fixed_buckets, straight=straight)
     t, run = iteration_time(lowered, ctx)
     compute_time = busy_compute(lowered, ctx)
-    free_ctx = context(dag, p, fixed_buckets, free=True, straight=straight)
-    if lowered.mode == "contracted" and lowered.free_by_compute:
-        # With free communication the exit waits only for the compute chain.
-        t_free = iteration_time(lowered, free_ctx, work_override=compute_time)[0]
-    else:
-        t_free = iteration_time(lowered, free_ctx)[0]
+    if t_free is None:
+        t_free = single_gpu_time(dag, p, fixed_buckets, straight, compute_time)
     # DESIGN 2.4: communication time is the sum of the comm durations of one
     # iteration (over every channel); the bottleneck compares the busiest one.
     busy = list(run.busy.values())

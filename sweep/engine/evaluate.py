@@ -22,7 +22,7 @@ from kernels.iteration import derived_outputs, iteration_outputs, iteration_prim
 from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
-from sweep.engine import device_draws
+from sweep.engine import device_draws, single_gpu
 from sweep.engine.devices import Devices, visible_devices
 from sweep.engine.params import Column, kernel_params
 from sweep.engine.plan import Plan
@@ -58,17 +58,20 @@ def evaluate_params(dag, params):
 
 
 @functools.partial(program_jit, static_argnames=("outputs", "size", "tangents", "fixed_buckets", "straight"))
-def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False, straight=False):
+def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False, straight=False, single_gpu=None):
     """The requested outputs for one chunk: `fenced_primaries`, then the
     outputs. `tangents` holds, per sensitivity output, its (parameter,
     multiplier) pairs (see sweep.scenario.sensitivity); `fixed_buckets`,
     that the scenario only ever uses bsp or wfbp; `straight`, that the
-    program runs as straight-line code (`sweep.engine.xla.straight_code`)."""
+    program runs as straight-line code (`sweep.engine.xla.straight_code`);
+    `single_gpu`, the chunk's single-GPU time if evaluated apart
+    (`sweep.engine.single_gpu`)."""
     TRACES[outputs] += 1  # runs only while tracing
-    return selected_outputs(fenced_primaries(dag, params, tangents, fixed_buckets, straight), params, outputs, size)
+    return selected_outputs(fenced_primaries(dag, params, tangents, fixed_buckets, straight, single_gpu), params,
+                            outputs, size)
 
 
-def fenced_primaries(dag, params, tangents, fixed_buckets, straight=False):
+def fenced_primaries(dag, params, tangents, fixed_buckets, straight=False, single_gpu=None):
     """The primary kernel between optimisation barriers, for use inside a
     larger program. Fenced, it compiles to the same code whatever surrounds
     it (a full cube's outputs, a reduction's fold), so the two agree bit for
@@ -76,11 +79,18 @@ def fenced_primaries(dag, params, tangents, fixed_buckets, straight=False):
     cannot fuse the channel evaluation into every output that divides by
     the iteration time (`kernels.iteration.derived_outputs`)."""
     barrier = jax.lax.optimization_barrier
-    return barrier(_primary_kernel(dag, barrier(params), tangents, fixed_buckets, straight))
+    inputs = dict(params) if single_gpu is None else {**params, SINGLE_GPU: single_gpu}
+    return barrier(_primary_kernel(dag, barrier(inputs), tangents, fixed_buckets, straight))
+
+
+# The key under which `_primary_kernel` gets a single-GPU time evaluated apart.
+SINGLE_GPU = "single_gpu_time"
 
 
 @functools.partial(jax.jit, static_argnames=("tangents", "fixed_buckets", "straight"))
 def _primary_kernel(dag, params, tangents, fixed_buckets, straight=False):
+    """`_primaries` over a chunk, tile by tile on CPUs; `params`, a dict
+    of kernel parameters (and `SINGLE_GPU`, if evaluated apart)."""
     TRACES[tangents, fixed_buckets] += 1  # runs only while tracing
     primaries = functools.partial(_primaries, dag, tangents=tangents, fixed_buckets=fixed_buckets,
                                   straight=straight)
@@ -92,13 +102,16 @@ def _primary_kernel(dag, params, tangents, fixed_buckets, straight=False):
         return by_tiles(primaries, params, CHANNEL_TILE)
     if straight:  # no registers: each device's share is TILE
         return by_tiles(primaries, params, TILE * jax.device_count())
-    itemsize = max(v.dtype.itemsize for v in params.values() if jnp.issubdtype(v.dtype, jnp.floating))
+    itemsize = max(v.dtype.itemsize for k, v in params.items() if k != SINGLE_GPU and jnp.issubdtype(v.dtype, jnp.floating))
     # A chunk spread over every device leaves each a tile's share (`by_tiles`).
     return by_tiles(primaries, params, unrolled_tile(dag, itemsize, jax.device_count()))
 
 
 def _primaries(dag, params, tangents, fixed_buckets, straight):
-    out = iteration_primaries(dag, params, fixed_buckets, straight)
+    params = dict(params)
+    t_free = params.pop(SINGLE_GPU, None)
+    params = Params.of(params)
+    out = iteration_primaries(dag, params, fixed_buckets, straight, t_free)
     floats = {k: v for k, v in params.items() if jnp.issubdtype(v.dtype, jnp.floating)}
 
     def iteration_time(float_params):
@@ -170,7 +183,7 @@ def by_tiles(fn, params, tile: int):
     count = size // tile
     wide = {k: v.reshape(tile, count).T for k, v in params.items() if v.shape[-1] == size}
     narrow = {k: v for k, v in params.items() if k not in wide}
-    tiles = jax.lax.map(lambda w: fn(Params.of({**narrow, **w})), wide)  # [count, tile] or [count, 1]
+    tiles = jax.lax.map(lambda w: fn({**narrow, **w}), wide)  # [count, tile] or [count, 1]
     return {k: v.T.reshape(size) if v.shape[-1] == tile else v[0] for k, v in tiles.items()}
 
 
@@ -205,8 +218,21 @@ def _dispatch(spec, plan, chunk, devices):
     dag, (args, static), tangents, fixed_buckets, sampled = packed_chunk(spec, plan, chunk, devices)
     params = expand(*args, **static)
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets,
-                        straight=straight_code(dag, plan.group_size))
+                        straight=straight_code(dag, plan.group_size),
+                        single_gpu=single_gpu_apart(dag, args, static, fixed_buckets))
     return out, sampled  # asynchronous
+
+
+def single_gpu_apart(dag, args, static, fixed_buckets):
+    """A chunk's single-GPU time [C], evaluated over the values it depends
+    on (`sweep.engine.single_gpu`), from `packed_chunk`'s arguments; None
+    where the kernel evaluates it with the rest."""
+    read = single_gpu.plan(dag, fixed_buckets, static)
+    if read is None:
+        return None
+    return single_gpu.compact(dag, args[0], args[1], layout=static["layout"], box=static["box"],
+                              length=static["length"], sharding=static["sharding"], varying=static["varying"],
+                              read=read, fixed_buckets=fixed_buckets)
 
 
 def packed_chunk(spec, plan, chunk, devices, sampled_values: bool = True):

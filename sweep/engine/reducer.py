@@ -19,7 +19,7 @@ import numpy as np
 from kernels import reduce as kernel
 from sweep.engine.devices import single_device
 from sweep.engine.evaluate import (_dispatch, default_chunk, expand, fenced_primaries, make_progress, packed_chunk,
-                                   selected_outputs, visible_devices)
+                                   selected_outputs, single_gpu_apart, visible_devices)
 from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
 from sweep.engine.reduce_store import ReduceStore
@@ -84,7 +84,8 @@ def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
 
 @functools.partial(program_jit, donate_argnums=0,
                    static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size", "straight"))
-def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size, straight=False):
+def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size, straight=False,
+                single_gpu=None):
     """One chunk's primaries (`fenced_primaries`, the same code as a full
     cube's), selected outputs and fold into the accumulators, in one
     compiled program: run as two, the primaries were written out and read
@@ -92,7 +93,7 @@ def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, 
     any valid configuration gave a non-finite value. The parameters come
     from `expand`, compiled apart as for a full cube, so a sample's draws
     round exactly as there."""
-    primary = fenced_primaries(dag, params, tangents, fixed_buckets, straight)
+    primary = fenced_primaries(dag, params, tangents, fixed_buckets, straight, single_gpu)
     return kernel.accumulate(acc, selected_outputs(primary, params, outputs, size), box, shape)
 
 
@@ -153,7 +154,8 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
                                                                           sampled_values=False)
             lane.acc, bad = _fold_chunk(lane.acc, expand(*args, **static), lane.devices.replicate(
                 chunk_box(spec, shape, chunk_)), dag, tangents, fixed_buckets, shape, spec.outputs, plan.length,
-                straight=straight_code(dag, plan.group_size))
+                straight=straight_code(dag, plan.group_size),
+                single_gpu=single_gpu_apart(dag, args, static, fixed_buckets))
             checked.append((lane, chunk_, bad))
             folded.append(chunk_.id)
             _check_finite(spec, plan, checked, keep=len(lanes))
