@@ -57,9 +57,25 @@ def at_least_floor(d, ctx) -> Any:
 
 
 def compute_durations(cost: str, coef, ctx) -> Any:
-    """Seconds of compute tasks of one cost row: their work (`coef`, [n, 1]
-    or scalar) times its rate, floored (`floored`)."""
-    return floored(cost, coef * _row(ctx.compute[cost]), ctx)
+    """Seconds of compute tasks of one cost row: their work (`coef`, [n, 1],
+    or a scalar for one task) times its rate, floored (`floored`)."""
+    return floored(cost, coef * lead(ctx.compute[cost], max(jnp.ndim(coef), 1)), ctx)
+
+
+def task_durations(cost, coef, ctx, nbytes=None, zero=0.0) -> Any:
+    """Seconds of tasks of one cost ([n, C] for `coef` [n, 1], [C] for a
+    scalar): `coef` units of a compute cost (`compute_durations`), or a
+    collective of `nbytes` (default `coef` gradient units); `zero` where
+    nothing is computed (no cost, or free communication)."""
+    if cost is None:
+        return zero
+    if cost not in COMM_COSTS:
+        return compute_durations(cost, coef, ctx)
+    if ctx.free:
+        return zero
+    if nbytes is None:
+        nbytes = coef * lead(ctx.grad_bytes, max(jnp.ndim(coef), 1))
+    return allreduce_time(nbytes, *ctx.comm[cost], width=ctx.width)
 
 
 def _row(x):
@@ -282,25 +298,31 @@ def _needed_rows(program, keep) -> list[set[int]]:
     return needed
 
 
-def _enabled_rows(switches, ctx: Context, sent):
-    """Whether each edge with these switches is on, stacked ([m, C] or
-    [m, 1] bool): always (0), without input prefetch (NO_PREFETCH), or as
-    the policy slot it names sent (IF_SENDS) or held (IF_HOLDS) its bucket;
-    the slots are read in one gather."""
-    switches = list(switches)
+def switches_on(switches, prefetch, sends) -> Any:
+    """Whether edges with these switches are on ([m, C] or [m, 1] bool):
+    always (0), without input prefetch (NO_PREFETCH: `prefetch` <= 0), or
+    as the policy slot each names sent (IF_SENDS) or held (IF_HOLDS) its
+    bucket; `sends` [m, C] says whether each switch's slot sent (any row
+    where a switch names none; None when no switch does)."""
     out = jnp.ones((len(switches), 1), bool)
     by_slot = np.array([switch >= 2 for switch in switches])
     if by_slot.any():
-        rules_refs = [switch_rule(switch) if switch >= 2 else None for switch in switches]
-        any_ref = next(rr[1] for rr in rules_refs if rr is not None)
-        sends = sent.rows([rr[1] if rr else any_ref for rr in rules_refs]) > 0
-        holds = np.array([rr is not None and rr[0] != IF_SENDS for rr in rules_refs])
-        sends = jnp.where(holds[:, None], ~sends, sends)
-        out = jnp.where(by_slot[:, None], sends, out)
+        holds = np.array([switch >= 2 and switch_rule(switch)[0] != IF_SENDS for switch in switches])
+        out = jnp.where(by_slot[:, None], jnp.where(holds[:, None], ~sends, sends), out)
     no_prefetch = np.array([switch == NO_PREFETCH for switch in switches])
     if no_prefetch.any():
-        out = jnp.where(no_prefetch[:, None], _row(ctx.prefetch <= 0), out)
+        out = jnp.where(no_prefetch[:, None], _row(prefetch <= 0), out)
     return out
+
+
+def _enabled_rows(switches, ctx: Context, sent):
+    """`switches_on` for a program run: the slots are read in one gather."""
+    switches = list(switches)
+    refs = [switch_rule(switch)[1] for switch in switches if switch >= 2]
+    sends = None
+    if refs:
+        sends = sent.rows([switch_rule(switch)[1] if switch >= 2 else refs[0] for switch in switches]) > 0
+    return switches_on(switches, ctx.prefetch, sends)
 
 
 def _gate(switch, value, ctx: Context, sent):
@@ -377,18 +399,8 @@ def _durations(seg, ctx, sent, program):
     """[n, C] (or [n, 1]) seconds of each task of a non-policy segment."""
     dtype = ctx.grad_bytes.dtype  # of the per-task constants, as of the per-configuration values
     coef = jnp.asarray(seg.coef[:, None], dtype)
-    if seg.cost is None:
-        return jnp.zeros((len(seg), 1), dtype)
-    if seg.cost not in COMM_COSTS:
-        return compute_durations(seg.cost, coef, ctx)
-    if ctx.free:
-        return jnp.zeros((len(seg), 1), dtype)
-    cost = ctx.comm[seg.cost]
-    if seg.kind == "follow":
-        nbytes = sent.rows(seg.refs)
-    else:
-        nbytes = coef * _row(ctx.grad_bytes)
-    return allreduce_time(nbytes, *cost, width=ctx.width)
+    nbytes = sent.rows(seg.refs) if seg.kind == "follow" and not ctx.free else None
+    return task_durations(seg.cost, coef, ctx, nbytes, zero=jnp.zeros((len(seg), 1), dtype))
 
 
 def _chain(program, seg, values, sent, ctx, needed, want_all):

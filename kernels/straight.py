@@ -28,9 +28,9 @@ from typing import Any
 import jax.numpy as jnp
 
 from kernels.channel import channel_step
-from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, switch_rule
-from kernels.collectives import allreduce_time, piecewise_time
-from kernels.program import NEG, Run, SentBytes, floored
+from kernels.codes import COMM_COSTS, switch_rule
+from kernels.collectives import piecewise_time
+from kernels.program import NEG, Run, SentBytes, switches_on, task_durations
 from kernels.smooth import maximum
 
 
@@ -89,14 +89,12 @@ def run_straight(program, ctx, want_all: bool = False) -> Run:
 
 
 def _switched_on(switch, ctx, sent):
-    """Whether an edge with this switch is on ([C] bool), or True (always)."""
+    """Whether an edge with this switch is on ([C] bool, `switches_on`), or
+    True (always)."""
     if switch == 0:
         return True
-    if switch == NO_PREFETCH:
-        return ctx.prefetch <= 0
-    rule, ref = switch_rule(switch)
-    sends = sent[ref] > 0
-    return sends if rule == IF_SENDS else ~sends
+    sends = (sent[switch_rule(switch)[1]] > 0)[None] if switch >= 2 else None
+    return switches_on([switch], ctx.prefetch, sends)[0]
 
 
 def _input(program, inputs, values, sent, ctx):
@@ -113,20 +111,6 @@ def _input(program, inputs, values, sent, ctx):
     return out
 
 
-def _duration(cost, coef, ctx, nbytes=None):
-    """Seconds of one task ([C] or scalar): `coef` units of a compute cost, or
-    a collective of `nbytes` (default `coef` gradient units)."""
-    if cost is None:
-        return 0.0
-    if cost not in COMM_COSTS:
-        return floored(cost, coef * ctx.compute[cost], ctx)
-    if ctx.free:
-        return 0.0
-    if nbytes is None:
-        nbytes = coef * ctx.grad_bytes
-    return allreduce_time(nbytes, *ctx.comm[cost], width=ctx.width)
-
-
 def _after(start, d):
     """start + d, leaving out a duration that is zero by construction (free
     communication, a task without cost), which XLA would still add."""
@@ -139,7 +123,7 @@ def _rows(program, seg, values, sent, ctx):
     previous = None
     for i, coef in enumerate(seg.coef):
         nbytes = sent[seg.refs[i]] if seg.kind == "follow" else None
-        d = _duration(seg.cost, float(coef), ctx, nbytes)
+        d = task_durations(seg.cost, float(coef), ctx, nbytes)
         start = _input(program, seg.inputs[i], values, sent, ctx)
         if seg.kind != "map" and previous is not None:
             on = True if seg.gates is None else _switched_on(seg.gates[i], ctx, sent)
@@ -192,7 +176,7 @@ def _scan(program, seg, values, sent, ctx):
         start = ready[0] if ready else NEG
         for r in ready[1:]:
             start = maximum(start, r, ctx.temperature)
-        d = _duration(seg.costs[i], float(seg.coef[i]), ctx)
+        d = task_durations(seg.costs[i], float(seg.coef[i]), ctx)
         finish = _after(start, d)
         regs[seg.dst[i]] = finish
         finishes.append(finish)
