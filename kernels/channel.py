@@ -50,9 +50,11 @@ class Planner(NamedTuple):
 
 
 def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=1.0, bytes_scale=1.0,
-                   want_slots=False, want_sent=False, temperature=None, width=None, fixed_buckets=False,
-                   planner: Planner | None = None):
-    """(finish [S, C] or None, sent [S, C] or None, channel finish [C], busy time [C]).
+                   want_slots=False, want_sent=False, want_durations=False, temperature=None, width=None,
+                   fixed_buckets=False, planner: Planner | None = None):
+    """(finish [S, C] or None, sent [S, C] or None, channel finish [C], busy
+    time [C], each slot's seconds on the channel [S, C] or None), the
+    optional ones as `want_slots`, `want_sent` and `want_durations` ask.
 
     `slot_bytes` [S, 1] or [S, C] and `ready` [S, 1] or [S, C] are each
     slot's gradient bytes and the time its inputs are ready, multiplied by
@@ -68,9 +70,9 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
     docstring); its decisions are discrete and carry no gradient.
     """
     latency, per_byte, steps = cost
-    if fixed_buckets and temperature is None and not (want_slots or want_sent):
+    if fixed_buckets and temperature is None and not (want_slots or want_sent or want_durations):
         return (None, None, *fixed_bucket_channel(strategy, slot_bytes, ready, latency, per_byte,
-                                                  bytes_scale, ready_scale, steps, width))
+                                                  bytes_scale, ready_scale, steps, width), None)
     num_slots = slot_bytes.shape[0]
     shape = jnp.broadcast_shapes(slot_bytes.shape[1:], ready.shape[1:], jnp.shape(latency),
                                  jnp.shape(strategy), jnp.shape(bytes_scale), jnp.shape(ready_scale),
@@ -84,11 +86,13 @@ def policy_channel(strategy, threshold, slot_bytes, ready, cost, *, ready_scale=
                                bytes_scale=bytes_scale, temperature=temperature, width=width, planner=planner)
 
     def scan_step(carry, xs):
-        carry, (finish, sent) = step(carry, *xs)
-        return carry, (finish if want_slots else None, sent if want_sent else None)
+        carry, (finish, sent, duration) = step(carry, *xs)
+        return carry, tuple(x if wanted else None for x, wanted in ((finish, want_slots), (sent, want_sent),
+                                                                     (duration, want_durations)))
 
-    (_, last, busy, *_), (finish, sent) = jax.lax.scan(scan_step, carry, (slot_bytes, ready, next_ready, is_last))
-    return finish, sent, last, busy
+    (_, last, busy, *_), (finish, sent, durations) = jax.lax.scan(scan_step, carry,
+                                                                  (slot_bytes, ready, next_ready, is_last))
+    return finish, sent, last, busy, durations
 
 
 def channel_step(strategy, threshold, cost, shape, dtype, *, ready_scale=1.0, bytes_scale=1.0, temperature=None,
@@ -96,7 +100,7 @@ def channel_step(strategy, threshold, cost, shape, dtype, *, ready_scale=1.0, by
     """(initial carry, step) of the channel: `step(carry, add, ready_now,
     ready_next, last)` takes one slot (its gradient bytes and input time
     before scaling, the next slot's input time, and whether it is the last)
-    to (carry, (finish, sent)). The carry starts with (bytes held, time the
+    to (carry, (finish, sent, seconds on the channel)). The carry starts with (bytes held, time the
     channel is free, busy time). `policy_channel` scans it; an unrolled
     program (`kernels.straight`) calls it slot by slot. `cost` None: free
     communication (every bucket takes no time). With `fixed_buckets`
@@ -148,7 +152,7 @@ def channel_step(strategy, threshold, cost, shape, dtype, *, ready_scale=1.0, by
         if planner is not None:
             plan = [jax.lax.stop_gradient(plan_start + jnp.where(send & (held > 0),
                                                                  plan_alpha + plan_per_byte * held, 0.0))]
-        return (held - sent, finish, busy + duration, *plan), (finish, sent)
+        return (held - sent, finish, busy + duration, *plan), (finish, sent, duration)
 
     zeros = jnp.zeros(shape, dtype)
     plan = (jnp.full(shape, -inf, dtype),) if planner is not None else ()

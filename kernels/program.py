@@ -31,7 +31,7 @@ from kernels.broadcast import lead
 from kernels.chain import chain_finish
 from kernels.channel import policy_channel
 from kernels.priority import priority_channel
-from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
+from kernels.collectives import CollectiveCost, allreduce_time
 from kernels.smooth import max_along, maximum
 from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, PRIORITY, switch_rule
 
@@ -468,13 +468,10 @@ def _policy(program, seg, g, values, sent, ctx, needed, refs, want_all):
         base, ready, ready_scale = lazy.base, jnp.asarray(lazy.prefix[src_rows][:, None], dtype), lazy.scale
     else:
         base, ready, ready_scale = 0.0, _ready_or_start(program, seg, values, sent, ctx, dtype), 1.0
-    finish, seg_sent, last, busy = policy_channel(
+    finish, seg_sent, last, busy, d = policy_channel(
         ctx.strategy, ctx.threshold, jnp.asarray(seg.coef[:, None], dtype), ready, cost, ready_scale=ready_scale,
-        bytes_scale=ctx.grad_bytes, want_slots=want_slots, want_sent=want_sent,
+        bytes_scale=ctx.grad_bytes, want_slots=want_slots, want_sent=want_sent, want_durations=want_all,
         temperature=ctx.temperature, width=ctx.width, fixed_buckets=ctx.fixed_buckets, planner=ctx.planner)
-    d = None
-    if want_all:
-        d = jnp.where(seg_sent > 0, piecewise_time(seg_sent, *cost, width=ctx.width), 0.0)
     partitions = None
     if ctx.priority_steps:
         finish, seg_sent, last, busy, d, record = _with_priority(seg, ctx, cost, ready, ready_scale, finish, seg_sent,

@@ -29,7 +29,6 @@ import jax.numpy as jnp
 
 from kernels.channel import channel_step
 from kernels.codes import COMM_COSTS, switch_rule
-from kernels.collectives import piecewise_time
 from kernels.program import NEG, Run, SentBytes, switches_on, task_durations
 from kernels.smooth import maximum
 
@@ -153,11 +152,10 @@ def _policy(program, seg, values, sent, ctx):
     finishes, sent_bytes, durations = [], [], []
     n = len(seg)
     for i in range(n):
-        carry, (finish, sent_i) = step(carry, float(seg.coef[i]), ready[i], ready[min(i + 1, n - 1)], i == n - 1)
+        carry, (finish, sent_i, d) = step(carry, float(seg.coef[i]), ready[i], ready[min(i + 1, n - 1)], i == n - 1)
         finishes.append(finish)
         sent_bytes.append(sent_i)
-        durations.append(0.0 if cost is None else jnp.where(sent_i > 0, piecewise_time(sent_i, *cost, width=ctx.width),
-                                                            0.0))
+        durations.append(d)
     return finishes, sent_bytes, durations, carry[2]
 
 

@@ -353,7 +353,7 @@ def test_closed_form_channel_equals_the_scan():
     strategy = rng.choice([BSP, WFBP], configs).astype(np.int32)
     latency, per_byte = rng.uniform(0, 0.2, configs), rng.uniform(1e-9, 1e-7, configs)
     bytes_scale, ready_scale = rng.uniform(1, 4, configs), rng.uniform(0.1, 10, configs)
-    _, _, finish, busy = policy_channel(strategy, 1.0, slot_bytes, slot_ready,
+    _, _, finish, busy, _ = policy_channel(strategy, 1.0, slot_bytes, slot_ready,
                                         CollectiveCost(latency, per_byte, None), ready_scale=ready_scale,
                                         bytes_scale=bytes_scale)
     closed_finish, closed_busy = fixed_bucket_channel(strategy, slot_bytes, slot_ready, latency, per_byte,
