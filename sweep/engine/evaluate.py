@@ -24,7 +24,7 @@ from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
 from sweep.engine import device_draws, single_gpu
 from sweep.engine.devices import Devices, visible_devices
-from sweep.engine.params import Column, kernel_params
+from sweep.engine.params import Column, kernel_params, pack, unpack
 from sweep.engine.plan import Plan
 from sweep.engine.xla import program_jit, straight_code
 from sweep.errors import SpecError
@@ -102,7 +102,7 @@ def _primary_kernel(dag, params, tangents, fixed_buckets, straight=False):
         return by_tiles(primaries, params, CHANNEL_TILE)
     if straight:  # no registers: each device's share is TILE
         return by_tiles(primaries, params, TILE * jax.device_count())
-    itemsize = max(v.dtype.itemsize for k, v in params.items() if k != SINGLE_GPU and jnp.issubdtype(v.dtype, jnp.floating))
+    itemsize = max(v.dtype.itemsize for v in params.values() if jnp.issubdtype(v.dtype, jnp.floating))
     # A chunk spread over every device leaves each a tile's share (`by_tiles`).
     return by_tiles(primaries, params, unrolled_tile(dag, itemsize, jax.device_count()))
 
@@ -277,19 +277,12 @@ def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: fr
 
 def _packed(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset, drawing=None):
     """(`expand`'s array arguments, on the devices; its static arguments)."""
-    layout, buffers = [], {np.float32: [], np.int32: []}
-    offsets = {np.float32: 0, np.int32: 0}
-    for name, value in params.items():
-        kind = np.int32 if np.issubdtype(value.dtype, np.integer) else np.float32
-        layout.append((name, value.shape, kind is np.int32, offsets[kind]))
-        buffers[kind].append(np.ravel(value).astype(kind, copy=False))
-        offsets[kind] += value.size
-    packed = [np.concatenate(buffers[kind]) if buffers[kind] else np.zeros(1, kind) for kind in (np.float32, np.int32)]
+    layout, floats, ints = pack(params)
     draw_plan, limits = drawing or (None, ())
     words = device_draws.chunk_words(plan.spec, chunk) if drawing else np.zeros(0, np.uint32)
-    static = dict(layout=tuple(layout), box=plan.padded_box_shape(), length=chunk.padded, sharding=devices.sharded,
+    static = dict(layout=layout, box=plan.padded_box_shape(), length=chunk.padded, sharding=devices.sharded,
                   varying=varying, draw_plan=draw_plan)
-    return devices.replicate([*packed, limits, words]), static
+    return devices.replicate([floats, ints, limits, words]), static
 
 
 @functools.partial(jax.jit, static_argnames=("layout", "box", "length", "sharding", "varying", "draw_plan"))
@@ -308,9 +301,7 @@ def expand(floats, ints, limits, words, layout: tuple, box: tuple[int, ...], len
     the host's tables into per-configuration values (`limits`: thresholds)."""
     sampled = device_draws.sampler(limits, words, box, draw_plan) if draw_plan else None
     out = {}
-    for name, shape, integer, offset in layout:
-        size = int(np.prod(shape))
-        value = (ints if integer else floats)[offset:offset + size].reshape(shape)
+    for (name, shape, _, _), value in zip(layout, unpack(floats, ints, layout)):
         if sampled is not None:
             value = sampled(name, value, shape)
         out[name] = value.reshape(1) if name not in varying else \

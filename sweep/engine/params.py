@@ -174,3 +174,27 @@ def point_params(point: dict[str, object], model: zoo.Model, dtype=np.float32) -
     """Parameters of a single configuration (`point` maps canonical keys to values)."""
     columns = {key: Column((value,), np.zeros(1, np.int64)) for key, value in point.items()}
     return kernel_params(columns, model, 1, dtype)
+
+
+def pack(params: Params) -> tuple[tuple, np.ndarray, np.ndarray]:
+    """(layout, float32 buffer, int32 buffer) of host parameters: one float
+    and one integer buffer to copy to the devices, not one per parameter;
+    the layout gives per parameter its name, shape, whether an integer and
+    its offset in its buffer (`unpack` reads them back)."""
+    layout, buffers = [], {np.float32: [], np.int32: []}
+    offsets = {np.float32: 0, np.int32: 0}
+    for name, value in params.items():
+        kind = np.int32 if np.issubdtype(value.dtype, np.integer) else np.float32
+        layout.append((name, value.shape, kind is np.int32, offsets[kind]))
+        buffers[kind].append(np.ravel(value).astype(kind, copy=False))
+        offsets[kind] += value.size
+    floats, ints = (np.concatenate(buffers[kind]) if buffers[kind] else np.zeros(1, kind)
+                    for kind in (np.float32, np.int32))
+    return tuple(layout), floats, ints
+
+
+def unpack(floats, ints, layout: tuple) -> list:
+    """The parameters `pack` put in the buffers (NumPy or JAX arrays), in
+    layout order, each in its own shape."""
+    return [(ints if integer else floats)[offset:offset + int(np.prod(shape))].reshape(shape)
+            for _, shape, integer, offset in layout]

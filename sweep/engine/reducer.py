@@ -24,10 +24,10 @@ from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
 from sweep.engine.reduce_store import ReduceStore
 from sweep.engine.store import WriteError, check_finite, identity, make_layout, open_cube
+from sweep.engine.xla import program_jit, straight_code
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import variable_name
 from sweep.scenario.spec import Spec, load_spec
-from sweep.engine.xla import program_jit, straight_code
 
 ACCUMULATOR_LIMIT = 4 << 30  # bytes of accumulators a sweep may hold on its devices
 CHECKPOINT_SECONDS = 30.0

@@ -24,6 +24,7 @@ from jax.extend.core import Literal
 
 from kernels.broadcast import over_box
 from kernels.iteration import single_gpu_time
+from sweep.engine.params import unpack
 
 FEWER = 8  # evaluate compact when that is at most 1/FEWER of the chunk's configurations
 _READS: dict = {}  # (compiled DAG, fixed_buckets, parameter names) -> the names read
@@ -77,8 +78,7 @@ def compact(dag, floats, ints, layout: tuple, box: tuple, length: int, sharding,
     then broadcast to the chunk."""
     shape = compact_shape(layout, varying, read)
     params = {}
-    for name, pshape, integer, offset in layout:
-        value = (ints if integer else floats)[offset:offset + math.prod(pshape)].reshape(pshape)
+    for (name, *_), value in zip(layout, unpack(floats, ints, layout)):
         params[name] = jnp.broadcast_to(value, shape).reshape(-1) if name in read and name in varying \
             else value.reshape(-1)[:1]
     t = jnp.broadcast_to(single_gpu_time(dag, params, fixed_buckets), (math.prod(shape),)).reshape(shape)
