@@ -39,9 +39,11 @@ GPU_SPEEDUP = 30  # a GPU device against one CPU device, roughly
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from sweep.engine.cpu_devices import use_every_core
     from sweep.engine.interrupt import Interrupted
     from sweep.engine.store import write_error
 
+    use_every_core()  # before JAX starts: a CPU sweep shards over every core
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
