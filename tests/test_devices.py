@@ -1,5 +1,6 @@
 """One sweep on 1 device, on 4 simulated CPU devices, on 2 processes x 2
-devices over loopback, and with the CLI's default (one CPU device per core):
+devices over loopback (the counts chosen by XLA_FLAGS, JAX_NUM_CPU_DEVICES
+and XLA_FLAGS), and with the CLI's default (one CPU device per core):
 identical cubes, with `devices` = 1, 4, 4 and the core count."""
 import os
 import socket
@@ -24,12 +25,14 @@ inter.bandwidth = [1e9, 3e9, 1e10]
 CORES = cores()
 
 
-def run(tmp_path, name, devices, extra=(), process_env=None):
-    """The command and environment of a run on `devices` CPU devices (None:
-    nothing chosen, the CLI's default)."""
+def run(tmp_path, name, devices, extra=(), process_env=None, variable="XLA_FLAGS"):
+    """The command and environment of a run on `devices` CPU devices, chosen
+    through `variable` (XLA_FLAGS or JAX_NUM_CPU_DEVICES: the CLI keeps
+    either); None: nothing chosen, the CLI's default."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
     if devices is not None:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env[variable] = f"--xla_force_host_platform_device_count={devices}" if variable == "XLA_FLAGS" \
+            else str(devices)
     out = tmp_path / f"{name}.nc"
     cmd = [sys.executable, "-m", "sweep", "run", str(tmp_path / "spec.toml"), "-o", str(out),
            "--chunk", "40", "--quiet", *extra]
@@ -47,8 +50,9 @@ def cubes(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("devices")
     (tmp / "spec.toml").write_text(SPEC)
     results = {}
-    for name, devices in (("one", 1), ("four", 4), ("default", None)):
-        cmd, env, out = run(tmp, name, devices)
+    for name, devices, variable in (("one", 1, "XLA_FLAGS"), ("four", 4, "JAX_NUM_CPU_DEVICES"),
+                                    ("default", None, None)):
+        cmd, env, out = run(tmp, name, devices, variable=variable)
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         results[name] = out
@@ -67,17 +71,6 @@ def cubes(tmp_path_factory):
 
 def test_device_counts_are_recorded(cubes):
     assert [int(cubes[n].attrs["devices"]) for n in ("one", "four", "cluster", "default")] == [1, 4, 4, CORES]
-
-
-def test_a_chosen_cpu_device_count_is_kept(tmp_path):
-    """JAX_NUM_CPU_DEVICES (like XLA_FLAGS above) overrides the one-per-core default."""
-    (tmp_path / "spec.toml").write_text('model = "alexnet"\nbatch_size = 32\nnodes = [1, 2, 4]\n')
-    cmd, env, out = run(tmp_path, "chosen", None)
-    done = subprocess.run(cmd, env={**env, "JAX_NUM_CPU_DEVICES": "3"}, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    with xr.open_dataset(out, engine="h5netcdf") as cube:
-        assert int(cube.attrs["devices"]) == 3
 
 
 @pytest.mark.parametrize("name", ["four", "cluster", "default"])
