@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from kernels.codes import FUSION, MGWFBP, WFBP
 from kernels.collectives import piecewise_time
-from kernels.smooth import maximum
+from kernels.smooth import later
 
 
 class Planner(NamedTuple):
@@ -132,7 +132,7 @@ def channel_step(strategy, threshold, cost, shape, dtype, *, ready_scale=1.0, by
     def step(carry, add, ready_now, ready_next, last):
         held, free, busy, *plan = carry  # plan: the planner's channel free time, with a planner
         held = held + add * bytes_scale
-        start = maximum(ready_now * ready_scale, free, temperature)
+        start = later(ready_now * ready_scale, free, temperature)
         send = always | last
         if not fixed_buckets:
             if planner is None:

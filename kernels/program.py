@@ -31,7 +31,7 @@ from kernels.broadcast import lead
 from kernels.chain import chain_finish
 from kernels.channel import policy_channel
 from kernels.priority import priority_channel
-from kernels.collectives import CollectiveCost, allreduce_time
+from kernels.collectives import CollectiveCost, allreduce_time, piecewise_time
 from kernels.smooth import max_along, maximum
 from kernels.codes import COMM_COSTS, IF_SENDS, NO_PREFETCH, PRIORITY, switch_rule
 
@@ -74,6 +74,10 @@ def task_durations(cost, coef, ctx, nbytes=None, zero=0.0) -> Any:
     if ctx.free:
         return zero
     if nbytes is None:
+        if isinstance(coef, float):
+            # One task (straight-line code): its bytes, coef * grad_bytes, are > 0 exactly where
+            # coef is (grad_bytes > 0 by the schema), known when tracing: no test per configuration.
+            return piecewise_time(coef * ctx.grad_bytes, *ctx.comm[cost], width=ctx.width) if coef > 0 else zero
         nbytes = coef * lead(ctx.grad_bytes, max(jnp.ndim(coef), 1))
     return allreduce_time(nbytes, *ctx.comm[cost], width=ctx.width)
 

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from kernels.channel import channel_step
 from kernels.codes import COMM_COSTS, switch_rule
 from kernels.program import NEG, Run, SentBytes, switches_on, task_durations
-from kernels.smooth import maximum
+from kernels.smooth import later
 
 
 def applies(lowered, priority_steps: int) -> bool:
@@ -106,7 +106,7 @@ def _input(program, inputs, values, sent, ctx):
         on = _switched_on(switch, ctx, sent)
         if on is not True:
             v = jnp.where(on, v, NEG)
-        out = v if out is None else maximum(out, v, ctx.temperature)
+        out = v if out is None else later(out, v, ctx.temperature)
     return out
 
 
@@ -127,7 +127,7 @@ def _rows(program, seg, values, sent, ctx):
         if seg.kind != "map" and previous is not None:
             on = True if seg.gates is None else _switched_on(seg.gates[i], ctx, sent)
             after = previous if on is True else jnp.where(on, previous, NEG)
-            start = after if start is None else maximum(after, start, ctx.temperature)
+            start = after if start is None else later(after, start, ctx.temperature)
         if start is None:  # no predecessor at all: the program starts at 0
             start = 0.0
         previous = _after(start, d)
@@ -173,7 +173,7 @@ def _scan(program, seg, values, sent, ctx):
             ready.append(0.0)
         start = ready[0] if ready else NEG
         for r in ready[1:]:
-            start = maximum(start, r, ctx.temperature)
+            start = later(start, r, ctx.temperature)
         d = task_durations(seg.costs[i], float(seg.coef[i]), ctx)
         finish = _after(start, d)
         regs[seg.dst[i]] = finish

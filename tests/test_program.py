@@ -18,6 +18,7 @@ from kernels.collectives import CollectiveCost
 from kernels.iteration import busy_compute, context, iteration_outputs, lowered_schedule, straight_line
 from kernels.iteration import iteration_time as eager_iteration_time
 from kernels.program import Context
+from kernels.smooth import select_max
 from oracle import iteration_time as oracle_time
 from oracle import simulate
 from sweep.graph import zoo
@@ -173,6 +174,24 @@ def test_lowering_modes():
     assert modes[str(Shape(accumulation=3))].mode == "contracted"
     assert "update barrier" in modes[str(Shape(update="layerwise"))].reason
     assert "entry" in modes[str(Shape(zero=3))].reason
+
+
+def test_select_max_is_jnp_maximum_with_its_derivative():
+    """Straight-line code's max (`a > b ? a : b`) has jnp.maximum's values
+    and, at ties too, its derivative, bit for bit: sensitivities do not
+    depend on which evaluator a sweep takes."""
+    rng = np.random.default_rng(0)
+    pool = np.array([-np.inf, -1.5, 0.0, 0.25, 3.0, 1e30], np.float32)  # few values: many ties
+    a, b = (jnp.asarray(rng.choice(pool, 4096)) for _ in range(2))
+    da, db = (jnp.asarray(rng.normal(size=4096).astype(np.float32)) for _ in range(2))
+    assert int(jnp.sum(a == b)) > 400
+    np.testing.assert_array_equal(select_max(a, b), jnp.maximum(a, b))
+    for args in ((a, b), (a, 0.0), (2.0, b)):  # arrays and the Python floats straight-line code passes
+        tangents = tuple(t if isinstance(x, jax.Array) else 0.0 for x, t in zip(args, (da, db)))
+        got = jax.jvp(select_max, args, tangents)
+        want = jax.jvp(jnp.maximum, args, tangents)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_large_sweeps_of_unrolled_programs_run_as_straight_line_code_on_cpu():

@@ -148,6 +148,9 @@ def test_a_large_sweep_runs_unrolled_programs_as_straight_line_code(monkeypatch,
 
     keys = {"model": "alexnet", "batch_size": [8, 64], "nodes": [1, 2, 4], "gpus_per_node": [1, 4],
             "update": ["barrier", "layerwise"], "inter": {"bandwidth": [1e9, 1e10]}}
+    if not reduce:  # with a derivative, which takes straight-line code's max through `select_max`
+        keys["outputs"] = ["iteration_time", "exposed_communication", "scaling_efficiency",
+                           "d_iteration_time/d_inter.bandwidth"]
     if reduce:
         keys["reduce"] = {"over": ["nodes", "inter.bandwidth"], "statistics": ["mean", "max"]}
     spec = sweep.load_spec(keys)
