@@ -2,18 +2,21 @@
 
 On a CPU an unrolled program can run as straight-line code, one [C] value
 per task (`kernels.straight`), which XLA compiles into one loop over the
-configurations: 2-3x the rate of the segments' scans, but 3-30x their
-compile time. Measured on the benchmark grid (2**16 configurations, one
-device, 2-core Xeon; first call, then steady rate):
+configurations: 2.7-4.6x the rate of the segments' scans, but 5-22x
+their compile time. Measured on the benchmark grid (2**16 configurations, one
+device, 2-core Xeon; first call, then steady rate; since its maxima are
+`kernels.smooth.select_max`):
 
     DAG (tasks)                  scans           straight-line
-    resnet50 layer-wise (1,614)  2.3 s, 0.57 M/s  7.8 s, 1.84 M/s
-    resnet50 ZeRO-3 (1,617)      1.2 s, 0.87 M/s 12.4 s, 1.64 M/s
-    gpt2 ZeRO-3 (1,215)          1.1 s, 1.15 M/s  6.7 s, 1.86 M/s
-    bert_large ZeRO-3 (3,111)    1.3 s, 0.40 M/s 42.1 s, 0.70 M/s
+    resnet50 layer-wise (1,614)  2.6 s, 0.47 M/s 13.1 s, 2.18 M/s
+    resnet50 ZeRO-3 (1,617)      1.4 s, 0.80 M/s 11.8 s, 2.32 M/s
+    gpt2 ZeRO-3 (1,215)          1.3 s, 1.10 M/s  7.4 s, 2.93 M/s
+    bert_large ZeRO-3 (3,111)    1.5 s, 0.37 M/s 33.1 s, 1.06 M/s
 
-so the straight-line code only wins from 4.6 M (layer-wise) to 38 M
-(bert_large ZeRO-3) configurations of one DAG; `explain` of a 1,215-task
+so the straight-line code only wins from 6.3 M (layer-wise) to 18 M
+(bert_large ZeRO-3) configurations of one DAG (4.6 M to 38 M before the
+selects: 7.8 s, 1.84 M/s; 12.4 s, 1.64; 6.7 s, 1.86; 42.1 s, 0.70 M/s
+in the same order); `explain` of a 1,215-task
 ZeRO-3 DAG (every task's times, one configuration) compiled in 145 s
 against 2.5 s. A sweep therefore takes it from `STRAIGHT_FROM`
 configurations per structural group (`straight_code`); explain and the
