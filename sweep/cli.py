@@ -39,11 +39,9 @@ GPU_SPEEDUP = 30  # a GPU device against one CPU device, roughly
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from sweep.engine.cpu_devices import use_every_core
     from sweep.engine.interrupt import Interrupted
     from sweep.engine.store import write_error
 
-    use_every_core()  # before JAX starts: a CPU sweep shards over every core
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
@@ -279,6 +277,7 @@ def _run(args) -> int:
 
 def _run_sweep(args, check) -> int:
     import sweep
+    from sweep.engine.cpu_devices import use_every_core
     from sweep.scenario.spec import load_spec
 
     _check_output(args.output, inputs={"scenario": args.spec}, probe=False)
@@ -287,6 +286,7 @@ def _run_sweep(args, check) -> int:
     if not args.coordinator_timeout > 0:
         raise SpecError("--coordinator-timeout", args.coordinator_timeout, "must be > 0")
     spec = load_spec(args.spec)
+    use_every_core(spec)  # before JAX starts: one CPU device per core, unless closed form only
     output = Path(args.output)
     inputs = _inputs_of_spec(args.spec, spec)
     for derived in ("", ".partial", ".partial.json", ".partial.npz", ".lock"):

@@ -1,7 +1,8 @@
 """One sweep on 1 device, on 4 simulated CPU devices, on 2 processes x 2
 devices over loopback (the counts chosen by XLA_FLAGS, JAX_NUM_CPU_DEVICES
-and XLA_FLAGS), and with the CLI's default (one CPU device per core):
-identical cubes, with `devices` = 1, 4, 4 and the core count."""
+and XLA_FLAGS), and with the CLI's default (one CPU device per core, as
+the scenario holds mgwfbp): identical cubes, with `devices` = 1, 4, 4 and
+the core count. A closed-form scenario keeps one device."""
 import os
 import socket
 import subprocess
@@ -10,7 +11,8 @@ import sys
 import pytest
 import xarray as xr
 
-from sweep.engine.cpu_devices import cores
+import sweep
+from sweep.engine.cpu_devices import closed_form_only, cores
 
 SPEC = """
 model = ["alexnet", "resnet50"]
@@ -71,6 +73,26 @@ def cubes(tmp_path_factory):
 
 def test_device_counts_are_recorded(cubes):
     assert [int(cubes[n].attrs["devices"]) for n in ("one", "four", "cluster", "default")] == [1, 4, 4, CORES]
+
+
+@pytest.mark.parametrize("keys,closed", [({}, True), ({"strategy": ["bsp", "wfbp"], "zero": [0, 1]}, True),
+                                         ({"strategy": ["wfbp", "mgwfbp"]}, False),
+                                         ({"update": ["barrier", "layerwise"]}, False), ({"zero": 3}, False),
+                                         ({"preset": "bytescheduler"}, False)], ids=str)
+def test_which_scenarios_are_closed_form_only(keys, closed):
+    """bsp/wfbp on contracted DAGs only: the scenarios the CLI leaves on one
+    CPU device (XLA spreads their closed form over the cores itself)."""
+    spec = sweep.load_spec({"model": "resnet50", "batch_size": 32, "nodes": [1, 2], **keys})
+    assert closed_form_only(spec) is closed
+
+
+def test_a_closed_form_scenario_runs_on_one_device(tmp_path):
+    (tmp_path / "spec.toml").write_text('model = "alexnet"\nbatch_size = 32\nnodes = [1, 2, 4]\n')
+    cmd, env, out = run(tmp_path, "closed", None)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with xr.open_dataset(out, engine="h5netcdf") as cube:
+        assert int(cube.attrs["devices"]) == 1
 
 
 @pytest.mark.parametrize("name", ["four", "cluster", "default"])

@@ -1,6 +1,12 @@
-"""One CPU device per core by default (JAX's own default is one CPU device,
-which runs a sweep on one core). Only the CPU backend reads the count: GPUs
-are unaffected."""
+"""One CPU device per core for a sweep (JAX's own default is one CPU device,
+which runs most programs on one core). Only the CPU backend reads the
+count: GPUs are unaffected.
+
+Not for a scenario whose every program is bsp/wfbp's closed form (fixed
+buckets, a contracted DAG): XLA already splits its large loops over the
+cores of one device, and a second device on two cores made a reduced
+2**30-configuration resnet50/wfbp sweep slower (0.75x and 0.81x one device,
+experiments/BENCHMARKS.md), where every other program ran 1.6-2.2x faster."""
 from __future__ import annotations
 
 import os
@@ -15,13 +21,16 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def use_every_core() -> int | None:
-    """Ask JAX for one CPU device per core, before it starts. Left alone where
-    the user chose a count (JAX_NUM_CPU_DEVICES, or
-    --xla_force_host_platform_device_count in XLA_FLAGS) or JAX has started
-    already. Returns the count asked for, or None. Costs no JAX import when
-    JAX is not loaded yet (the CLI's start-up)."""
+def use_every_core(spec=None) -> int | None:
+    """Ask JAX for one CPU device per core, before it starts, for a sweep of
+    `spec` (None: any sweep). Left alone where the user chose a count
+    (JAX_NUM_CPU_DEVICES, or --xla_force_host_platform_device_count in
+    XLA_FLAGS), where JAX has started already, and for closed-form scenarios
+    (`closed_form_only`). Returns the count asked for, or None. Costs no JAX
+    import when JAX is not loaded yet."""
     if COUNT_ENV in os.environ or _XLA_COUNT_FLAG in os.environ.get("XLA_FLAGS", ""):
+        return None
+    if spec is not None and closed_form_only(spec):
         return None
     count = cores()
     if "jax" not in sys.modules:
@@ -36,3 +45,23 @@ def use_every_core() -> int | None:
     except RuntimeError:  # the backends are up (the caller ran JAX first): keep theirs
         return None
     return count
+
+
+def closed_form_only(spec) -> bool:
+    """Whether every structural group of the scenario evaluates bsp/wfbp's
+    closed form: strategies bsp or wfbp only, and every DAG contracted
+    (host work only: the DAGs are built, JAX is not started)."""
+    import itertools
+
+    from sweep.engine.plan import Plan, structure_of
+    from sweep.graph.compiler import compile_structure
+    from sweep.scenario.spec import possible_values
+
+    if not possible_values(spec, "strategy") <= {"bsp", "wfbp"}:
+        return False
+    plan = Plan(spec, 1)
+    for values in itertools.product(*(spec.axes[i].values for i in plan.group_axes)):
+        chosen = {spec.axes[i].key: v for i, v in zip(plan.group_axes, values)}
+        if compile_structure(structure_of(spec, chosen)).mode != "contracted":
+            return False
+    return True
