@@ -49,19 +49,12 @@ def use_every_core(spec=None) -> int | None:
 
 def closed_form_only(spec) -> bool:
     """Whether every structural group of the scenario evaluates bsp/wfbp's
-    closed form: strategies bsp or wfbp only, and every DAG contracted
-    (host work only: the DAGs are built, JAX is not started)."""
-    import itertools
-
-    from sweep.engine.plan import Plan, structure_of
+    closed form (`sweep.engine.xla.closed_form`); host work only: the DAGs
+    are built, JAX's backend is not started."""
+    from sweep.engine.plan import structural_groups
+    from sweep.engine.xla import closed_form
     from sweep.graph.compiler import compile_structure
-    from sweep.scenario.spec import possible_values
+    from sweep.scenario.spec import has_fixed_buckets
 
-    if not possible_values(spec, "strategy") <= {"bsp", "wfbp"}:
-        return False
-    plan = Plan(spec, 1)
-    for values in itertools.product(*(spec.axes[i].values for i in plan.group_axes)):
-        chosen = {spec.axes[i].key: v for i, v in zip(plan.group_axes, values)}
-        if compile_structure(structure_of(spec, chosen)).mode != "contracted":
-            return False
-    return True
+    fixed = has_fixed_buckets(spec)
+    return fixed and all(closed_form(compile_structure(structure), fixed) for structure, _ in structural_groups(spec))

@@ -26,10 +26,10 @@ from sweep.engine import device_draws, single_gpu
 from sweep.engine.devices import Devices, visible_devices
 from sweep.engine.params import Column, kernel_params, pack, unpack
 from sweep.engine.plan import Plan
-from sweep.engine.xla import program_jit, straight_code
+from sweep.engine.xla import closed_form, program_jit, straight_code
 from sweep.errors import SpecError
 from sweep.scenario.sensitivity import is_sensitivity, key_of, tangent_rule, variable_name
-from sweep.scenario.spec import Spec, possible_values
+from sweep.scenario.spec import Spec, has_fixed_buckets
 
 DEFAULT_CHUNK = 1 << 18  # on CPUs
 # On a GPU a chunk must be large enough to hide the host's fixed work per
@@ -94,8 +94,8 @@ def _primary_kernel(dag, params, tangents, fixed_buckets, straight=False):
     TRACES[tangents, fixed_buckets] += 1  # runs only while tracing
     primaries = functools.partial(_primaries, dag, tangents=tangents, fixed_buckets=fixed_buckets,
                                   straight=straight)
-    if fixed_buckets and dag.mode == "contracted":
-        return primaries(params)  # the closed form streams well untiled (tiles measured no faster)
+    if closed_form(dag, fixed_buckets):
+        return primaries(params)  # it streams well untiled (tiles measured no faster)
     if jax.default_backend() != "cpu":
         return primaries(params)  # a GPU wants the whole chunk: one tile could not fill it (not measured)
     if dag.mode == "contracted":
@@ -322,7 +322,7 @@ def _chunk_inputs(spec: Spec, plan: Plan, chunk, drawing=None, sampled_values: b
         columns = device_draws.host_columns(spec, plan, chunk, drawing[0])
         sampled = plan.sampled_values(chunk) if sampled_values else {}
     params, tangents = _params(spec, columns, zoo.model_of(s))  # shaped to broadcast over the box
-    return dag, params, tangents, possible_values(spec, "strategy") <= {"bsp", "wfbp"}, sampled
+    return dag, params, tangents, has_fixed_buckets(spec), sampled
 
 
 def _varying(spec: Spec, plan: Plan, chunk) -> frozenset:

@@ -53,6 +53,13 @@ def straight_code(dag, configurations: int) -> bool:
     return straight_line(dag) and configurations >= STRAIGHT_FROM
 
 
+def closed_form(dag, fixed_buckets: bool) -> bool:
+    """Whether a sweep evaluates `dag`'s program as bsp/wfbp's closed form (a
+    contracted DAG, fixed buckets): untiled, large loops that XLA's CPU
+    backend already spreads over the cores of one device."""
+    return fixed_buckets and dag.mode == "contracted"
+
+
 def program_jit(fn=None, **kwargs):
     """`jax.jit(fn, **kwargs)` for a function with a static keyword argument
     `straight` (straight-line code, `kernels.straight`): compiled with

@@ -393,6 +393,13 @@ def possible_values(spec: Spec, key: str) -> set[str]:
     return {{"strategy": DEFAULT_STRATEGY, "algorithm": DEFAULT_ALGORITHM}[key]}
 
 
+def has_fixed_buckets(spec: Spec) -> bool:
+    """Whether every configuration's strategy is bsp or wfbp, whose buckets
+    never depend on timing (the kernels' `fixed_buckets`); per scenario, as
+    `possible_values`."""
+    return possible_values(spec, "strategy") <= {"bsp", "wfbp"}
+
+
 def check_mgwfbp_planner(given, value_of, where: str = "") -> None:
     """MG-WFBP's planner model is an alpha-beta pair: both keys or neither
     (`given(key)`: whether a scenario or data row sets it; `value_of(key)`:
