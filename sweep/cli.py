@@ -37,8 +37,14 @@ SECONDS_PER_TASK = {"contracted": 6e-10, "unrolled": 3e-8}
 GPU_SPEEDUP = 30  # a GPU device against one CPU device, roughly
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, own_process: bool | None = None) -> int:
+    """Run one command. `own_process`: whether the command may choose JAX's
+    CPU device count for the whole process (`sweep.engine.cpu_devices`);
+    by default when it reads the command line itself (`argv` None: the
+    `ssgd-sweep` script, `python -m sweep`), so that a caller passing
+    `argv` keeps its process's JAX settings whatever ran first."""
     args = _parser().parse_args(argv)
+    args.own_process = argv is None if own_process is None else own_process
     from sweep.engine.interrupt import Interrupted
     from sweep.engine.store import write_error
 
@@ -286,7 +292,8 @@ def _run_sweep(args, check) -> int:
     if not args.coordinator_timeout > 0:
         raise SpecError("--coordinator-timeout", args.coordinator_timeout, "must be > 0")
     spec = load_spec(args.spec)
-    use_every_core(spec)  # before JAX starts: one CPU device per core, unless closed form only
+    if args.own_process:
+        use_every_core(spec)  # before JAX starts: one CPU device per core, unless closed form only
     output = Path(args.output)
     inputs = _inputs_of_spec(args.spec, spec)
     for derived in ("", ".partial", ".partial.json", ".partial.npz", ".lock"):

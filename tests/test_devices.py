@@ -95,6 +95,20 @@ def test_a_closed_form_scenario_runs_on_one_device(tmp_path):
         assert int(cube.attrs["devices"]) == 1
 
 
+def test_a_caller_passing_argv_keeps_its_jax_settings(tmp_path):
+    """main(argv) in a process of its own caller (a test, a script) leaves
+    JAX's device count alone, whatever ran first: one device here, where
+    `python -m sweep` would take one per core."""
+    (tmp_path / "spec.toml").write_text('model = "alexnet"\nbatch_size = 32\nnodes = [1, 2, 4]\n'
+                                        'strategy = "mgwfbp"\n')
+    cmd, env, out = run(tmp_path, "called", None)
+    code = f"import sys; from sweep.cli import main; sys.exit(main({cmd[3:]!r}))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with xr.open_dataset(out, engine="h5netcdf") as cube:
+        assert int(cube.attrs["devices"]) == 1
+
+
 @pytest.mark.parametrize("name", ["four", "cluster", "default"])
 def test_sharded_cubes_are_identical(cubes, name):
     reference = cubes["one"]

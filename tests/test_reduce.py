@@ -164,7 +164,7 @@ over = ["strategy", "inter.bandwidth"]
 statistics = ["min", "argmin", "mean", "q50"]
 """
 RUN_WITH_CHECKPOINTS = ("import sys; import sweep.engine.reducer as r; r.CHECKPOINT_SECONDS = 0; "
-                        "from sweep.cli import main; sys.exit(main(sys.argv[1:]))")
+                        "from sweep.cli import main; sys.exit(main(sys.argv[1:], own_process=True))")
 
 
 def test_sigkill_resumes_from_the_last_checkpoint(tmp_path):

@@ -426,7 +426,7 @@ def test_a_full_disk_inside_hdf5_is_one_line_not_a_crash(tmp_path):
         out = disk / "full.nc"
         args = ["run", str(spec), "-o", str(out), "--chunk", "8192", "--quiet", "--allow-large"]
         code = ("import sys, sweep.engine.store as s; s.NetcdfStore._check_space = lambda *a, **k: None\n"
-                f"from sweep.cli import main; sys.exit(main({args!r}))")
+                f"from sweep.cli import main; sys.exit(main({args!r}, own_process=True))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert done.returncode == 1, done.stderr
         assert "no space left on the device" in one_line(done.stderr)
