@@ -293,7 +293,7 @@ def _run_sweep(args, check) -> int:
         raise SpecError("--coordinator-timeout", args.coordinator_timeout, "must be > 0")
     spec = load_spec(args.spec)
     if args.own_process:
-        use_every_core(spec)  # before JAX starts: one CPU device per core, unless closed form only
+        use_every_core()  # before JAX starts: one CPU device per core
     output = Path(args.output)
     inputs = _inputs_of_spec(args.spec, spec)
     for derived in ("", ".partial", ".partial.json", ".partial.npz", ".lock"):

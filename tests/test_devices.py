@@ -2,7 +2,8 @@
 devices over loopback (the counts chosen by XLA_FLAGS, JAX_NUM_CPU_DEVICES
 and XLA_FLAGS), and with the CLI's default (one CPU device per core, as
 the scenario holds mgwfbp): identical cubes, with `devices` = 1, 4, 4 and
-the core count. A closed-form scenario keeps one device."""
+the core count. Closed-form chunks run on the first device alone."""
+import json
 import os
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 import xarray as xr
 
 import sweep
-from sweep.engine.cpu_devices import closed_form_only, cores
+from sweep.engine.cpu_devices import cores
 
 SPEC = """
 model = ["alexnet", "resnet50"]
@@ -79,20 +80,42 @@ def test_device_counts_are_recorded(cubes):
                                          ({"strategy": ["wfbp", "mgwfbp"]}, False),
                                          ({"update": ["barrier", "layerwise"]}, False), ({"zero": 3}, False),
                                          ({"preset": "bytescheduler"}, False)], ids=str)
-def test_which_scenarios_are_closed_form_only(keys, closed):
-    """bsp/wfbp on contracted DAGs only: the scenarios the CLI leaves on one
-    CPU device (XLA spreads their closed form over the cores itself)."""
-    spec = sweep.load_spec({"model": "resnet50", "batch_size": 32, "nodes": [1, 2], **keys})
-    assert closed_form_only(spec) is closed
-
-
-def test_a_closed_form_scenario_runs_on_one_device(tmp_path):
-    (tmp_path / "spec.toml").write_text('model = "alexnet"\nbatch_size = 32\nnodes = [1, 2, 4]\n')
-    cmd, env, out = run(tmp_path, "closed", None)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+def test_closed_form_chunks_run_on_the_first_cpu_device(keys, closed):
+    """On two CPU devices, a chunk of bsp/wfbp's closed form (a contracted
+    DAG: not layer-wise, not ZeRO-3) runs on the first device alone, XLA
+    spreading it over the cores; every other chunk over both devices."""
+    spec = {"model": "resnet50", "batch_size": 32, "nodes": [1, 2], **keys}
+    code = ("import json, sys, jax, sweep\n"
+            "from sweep.engine.evaluate import chunk_devices, spreads_itself, visible_devices\n"
+            "from sweep.engine.plan import Plan\n"
+            f"spec = sweep.load_spec({spec!r})\n"
+            "devices = visible_devices()\n"
+            "print(json.dumps([[spreads_itself(spec, c, devices), chunk_devices(spec, c, devices).count, "
+            "len(devices.mesh.devices.flat)] for c in Plan(spec, 1 << 18).chunks()]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    with xr.open_dataset(out, engine="h5netcdf") as cube:
-        assert int(cube.attrs["devices"]) == 1
+    chunks = json.loads(done.stdout.strip().splitlines()[-1])
+    spreads = [s for s, _, _ in chunks]
+    assert all(spreads) if closed else not all(spreads)
+    assert all(count == (1 if s else 2) and visible == 2 for s, count, visible in chunks)
+
+
+def test_a_closed_form_scenario_takes_every_core_and_gives_the_same_cube(tmp_path):
+    """The CLI asks for one device per core whatever the scenario; a
+    closed-form one (its chunks on the first device) writes the cube that
+    one device writes."""
+    (tmp_path / "spec.toml").write_text('model = "alexnet"\nbatch_size = 32\nnodes = [1, 2, 4]\n'
+                                        'strategy = ["bsp", "wfbp"]\n')
+    cubes = {}
+    for name, devices in (("closed_one", 1), ("closed_default", None)):
+        cmd, env, out = run(tmp_path, name, devices)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        cubes[name] = xr.open_dataset(out, engine="h5netcdf").load()
+    assert int(cubes["closed_default"].attrs["devices"]) == CORES
+    xr.testing.assert_identical(cubes["closed_default"].drop_attrs(), cubes["closed_one"].drop_attrs())
 
 
 def test_a_caller_passing_argv_keeps_its_jax_settings(tmp_path):

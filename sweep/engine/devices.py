@@ -3,6 +3,7 @@ processes (jax.distributed). The configuration axis is sharded over it."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import socket
 import time
@@ -171,8 +172,11 @@ class Devices:
         return np.asarray(multihost_utils.broadcast_one_to_all(mask))
 
 
+@functools.lru_cache(maxsize=None)
 def single_device(device) -> Devices:
-    """A one-device view (for work that a device does alone)."""
+    """A one-device view (for work that a device does alone); one per
+    device, so that programs taking its sharding as a static argument
+    compile once."""
     mesh = Mesh(np.array([device]), ("config",))
     return Devices(mesh, NamedSharding(mesh, PartitionSpec("config")), NamedSharding(mesh, PartitionSpec()))
 

@@ -23,7 +23,7 @@ from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
 from sweep.engine import device_draws, single_gpu
-from sweep.engine.devices import Devices, visible_devices
+from sweep.engine.devices import Devices, single_device, visible_devices
 from sweep.engine.params import Column, kernel_params, pack, unpack
 from sweep.engine.plan import Plan
 from sweep.engine.xla import closed_form, program_jit, straight_code
@@ -215,6 +215,7 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 
 def _dispatch(spec, plan, chunk, devices):
     """Start a chunk on the devices: its outputs and its sampled values."""
+    devices = chunk_devices(spec, chunk, devices)
     dag, (args, static), tangents, fixed_buckets, sampled = packed_chunk(spec, plan, chunk, devices)
     params = expand(*args, **static)
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets,
@@ -233,6 +234,25 @@ def single_gpu_apart(dag, args, static, fixed_buckets):
     return single_gpu.compact(dag, args[0], args[1], layout=static["layout"], box=static["box"],
                               length=static["length"], sharding=static["sharding"], varying=static["varying"],
                               read=read, fixed_buckets=fixed_buckets)
+
+
+def spreads_itself(spec, chunk, devices: Devices) -> bool:
+    """Whether the chunk's program is bsp/wfbp's closed form (`closed_form`)
+    on CPU devices: untiled, its large loops already run on every core of
+    one device (XLA's CPU backend splits them), so a second device on the
+    same cores only contends with the first. Split over two devices on two
+    cores, a reduced 2**30 resnet50/wfbp sweep ran at 0.75-0.81x the rate of
+    one (experiments/BENCHMARKS.md)."""
+    return devices.platforms == {"cpu"} and closed_form(compile_structure(chunk.structure), has_fixed_buckets(spec))
+
+
+def chunk_devices(spec, chunk, devices: Devices) -> Devices:
+    """The devices a chunk of a full cube runs on: all of them, but the
+    first alone for a program that spreads itself (`spreads_itself`) in a
+    single process (several processes evaluate every chunk together)."""
+    if devices.count > 1 and jax.process_count() == 1 and spreads_itself(spec, chunk, devices):
+        return single_device(devices.mesh.devices.flat[0])
+    return devices
 
 
 def packed_chunk(spec, plan, chunk, devices, sampled_values: bool = True):
@@ -282,6 +302,13 @@ def _packed(params: Params, plan: Plan, chunk, devices: Devices, varying: frozen
     words = device_draws.chunk_words(plan.spec, chunk) if drawing else np.zeros(0, np.uint32)
     static = dict(layout=layout, box=plan.padded_box_shape(), length=chunk.padded, sharding=devices.sharded,
                   varying=varying, draw_plan=draw_plan)
+    if devices.count == 1 and jax.process_count() == 1:
+        # One device: one copy commits the call to it; the rest go as host arrays.
+        return [jax.device_put(floats, devices.mesh.devices.flat[0]), ints, limits, words], static
+    if devices.count == 1 and jax.process_count() == 1:
+        # One device: one copy commits `expand` to it, the rest go as host
+        # arrays (jit copies them itself, a tenth of device_put's cost).
+        return [jax.device_put(floats, devices.mesh.devices.flat[0]), ints, limits, words], static
     return devices.replicate([floats, ints, limits, words]), static
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from kernels import reduce as kernel
 from sweep.engine.devices import single_device
 from sweep.engine.evaluate import (_dispatch, default_chunk, expand, fenced_primaries, make_progress, packed_chunk,
-                                   selected_outputs, single_gpu_apart, visible_devices)
+                                   selected_outputs, single_gpu_apart, spreads_itself, visible_devices)
 from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
 from sweep.engine.reduce_store import ReduceStore
@@ -99,7 +99,9 @@ def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, 
 
 class _Lane:
     """One device: whole chunks go to it in turn, and fold into its own
-    accumulators, so devices never exchange anything until the end."""
+    accumulators, so devices never exchange anything until the end. The
+    chunk's box goes to the fold as host arrays: the accumulators commit
+    the call to the lane's device."""
 
     def __init__(self, device, accumulators):
         self.devices = single_device(device)
@@ -148,14 +150,20 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
     folded = []  # chunk ids of this process folded so far
     last_checkpoint = time.monotonic()
     try:
+        turn = 0
         for i, chunk_ in enumerate(mine):
-            lane = lanes[i % len(lanes)]
+            # Whole chunks in turn to the devices; a program that spreads
+            # itself over the cores to the first alone (`spreads_itself`).
+            if spreads_itself(spec, chunk_, devices):
+                lane = lanes[0]
+            else:
+                lane, turn = lanes[turn % len(lanes)], turn + 1
             dag, (args, static), tangents, fixed_buckets, _ = packed_chunk(spec, plan, chunk_, lane.devices,
                                                                           sampled_values=False)
-            lane.acc, bad = _fold_chunk(lane.acc, expand(*args, **static), lane.devices.replicate(
-                chunk_box(spec, shape, chunk_)), dag, tangents, fixed_buckets, shape, spec.outputs, plan.length,
-                straight=straight_code(dag, plan.group_size),
-                single_gpu=single_gpu_apart(dag, args, static, fixed_buckets))
+            lane.acc, bad = _fold_chunk(lane.acc, expand(*args, **static), chunk_box(spec, shape, chunk_), dag,
+                                        tangents, fixed_buckets, shape, spec.outputs, plan.length,
+                                        straight=straight_code(dag, plan.group_size),
+                                        single_gpu=single_gpu_apart(dag, args, static, fixed_buckets))
             checked.append((lane, chunk_, bad))
             folded.append(chunk_.id)
             _check_finite(spec, plan, checked, keep=len(lanes))
