@@ -81,9 +81,15 @@ INTRA_LINKS = {
 # line rate is doubled to say so (README caveat: busbw above the wire).
 NVLS = ("nvidia_exemplar_h100_dgx_1x8",)
 # algorithm "nccl": both hop latencies fitted; NCCL's LL hop figures
-# (`catalog.NCCL_LL_HOP`) as their start; 2 x 8 tables' nodes are NVLink.
+# (`catalog.NCCL_LL_HOP`) as their start. The 2 x 8 tables' nodes are
+# NVSwitch boxes of the table's GPU (README hardware column): its NVLink
+# generation is the intra link, which NCCL's ring crosses too.
 NCCL_KEYS = ("intra.alpha", "inter.alpha")
-NCCL_INTRA = "nvlink3"
+NCCL_INTRA = {"aws_p4de_2x8_efa": "nvlink3", "aws_p5_2x8_efa": "nvlink4", "azure_ndm_a100v4_aks_2x8": "nvlink3",
+              "dstack_crusoe_a100_2x8_ib": "nvlink3", "dstack_nebius_h100_2x8_ib": "nvlink4",
+              "dstack_lambda_b200_2x8_ib": "nvlink5", "dstack_gcp_a4_b200_2x8_roce": "nvlink5",
+              "gcp_a3mega_h100_2x8": "nvlink4", "hpe_crayex_gh200_2x4_slingshot_tree": "nvlink4",
+              "nccltests323_l40s_2x1_tcp": "pcie4"}
 FULL = FitOptions()
 DESCRIBE_PRIOR = 0.05
 QUICK = FitOptions(starts=2, steps=300, polish=150)
@@ -144,7 +150,7 @@ def main(argv=None) -> int:
             physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, "multi-node, alpha only", physics, "bandwidth = line rate"))
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate, the two hop latencies fitted
-            protocols = run(path, NCCL_KEYS, nccl_base(rate, NCCL_INTRA), "size", options, folder, cut=MEBI)
+            protocols = run(path, NCCL_KEYS, nccl_base(rate, NCCL_INTRA[name]), "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, "multi-node, nccl protocols", protocols, "bandwidth = line rate"))
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():

@@ -263,7 +263,11 @@ def _two_phases(p):
                jnp.where(two_level, 2 * (g - 1), flat_steps),
                jnp.where(two_level, 2 * (g - 1) / g, flat_volume), one, jnp.where(two_level, g, workers), floor_a)
     if p.nccl_pci is not None:  # a scenario that may use NCCL's protocols
-        nccl = _nccl_phase(p, intra, inter, 2 * share / flat_link["bandwidth"], floor_a)
+        # NCCL's ring on several nodes crosses intra edges too (with g > 1):
+        # it runs at the slower of the two links, not at the inter link's.
+        ring_bandwidth = jnp.where(multi_node & (g > 1), jnp.minimum(inter["bandwidth"], intra["bandwidth"]),
+                                   flat_link["bandwidth"])
+        nccl = _nccl_phase(p, intra, inter, 2 * share / ring_bandwidth, floor_a)
         a = _select_phase(algorithm == NCCL, nccl, a)
     is_ps = algorithm == PS
     if p.ps_bandwidth is not None:  # BytePS's push/pull at a rate of its own (every regime)

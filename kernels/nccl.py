@@ -24,9 +24,10 @@ and base latencies 6.6, 14.0 and 8.4 us. Here a link's `alpha` is its LL hop
 latency and the other protocols' hops keep NCCL's ratios to it, so a slower
 network (a larger fitted alpha) slows every protocol alike; the intra hops
 take the PCIe ratios where `nccl_pci` is 1, NVLink's elsewhere. The bytes
-move as in a flat ring: 2(P-1)/P of M per rank on the slowest link (the
-inter link on several nodes), at the link's bandwidth times the protocol's
-share (1/4, 0.92, 1). The time is the least of the three lines, a
+move as in a flat ring: 2(P-1)/P of M per rank on the slowest link (on
+several nodes the slower of the inter and the intra link, whose edges the
+ring crosses too; the inter link alone with one GPU per node), at the
+link's bandwidth times the protocol's share (1/4, 0.92, 1). The time is the least of the three lines, a
 piecewise-affine cost: the same `Steps` as the link model's protocol
 switches (`kernels.collectives`), so every kernel that prices an all-reduce
 prices this one too. NCCL's tree (log-depth latency between nodes) was
