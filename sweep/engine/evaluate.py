@@ -303,9 +303,6 @@ def _packed(params: Params, plan: Plan, chunk, devices: Devices, varying: frozen
     static = dict(layout=layout, box=plan.padded_box_shape(), length=chunk.padded, sharding=devices.sharded,
                   varying=varying, draw_plan=draw_plan)
     if devices.count == 1 and jax.process_count() == 1:
-        # One device: one copy commits the call to it; the rest go as host arrays.
-        return [jax.device_put(floats, devices.mesh.devices.flat[0]), ints, limits, words], static
-    if devices.count == 1 and jax.process_count() == 1:
         # One device: one copy commits `expand` to it, the rest go as host
         # arrays (jit copies them itself, a tenth of device_put's cost).
         return [jax.device_put(floats, devices.mesh.devices.flat[0]), ints, limits, words], static
