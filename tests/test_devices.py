@@ -91,8 +91,9 @@ def test_closed_form_chunks_run_on_the_first_cpu_device():
             "from sweep.engine.evaluate import chunk_devices, spreads_itself, visible_devices\n"
             "from sweep.engine.plan import Plan\n"
             "devices = visible_devices()\n"
-            "print(json.dumps([[[spreads_itself(spec, c, devices), chunk_devices(spec, c, devices).count] "
-            f"for c in Plan(spec, 1 << 18).chunks()] for spec in map(sweep.load_spec, {specs!r})]))\n")
+            "plans = [Plan(sweep.load_spec(spec), 1 << 18) for spec in " + repr(specs) + "]\n"
+            "print(json.dumps([[[spreads_itself(plan, c, devices), chunk_devices(plan, c, devices).count] "
+            "for c in plan.chunks()] for plan in plans]))\n")
     env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)

@@ -215,7 +215,7 @@ def run_plan(spec: Spec, store, plan: Plan, devices: Devices, progress=None) -> 
 
 def _dispatch(spec, plan, chunk, devices):
     """Start a chunk on the devices: its outputs and its sampled values."""
-    devices = chunk_devices(spec, chunk, devices)
+    devices = chunk_devices(plan, chunk, devices)
     dag, (args, static), tangents, fixed_buckets, sampled = packed_chunk(spec, plan, chunk, devices)
     params = expand(*args, **static)
     out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets,
@@ -236,21 +236,24 @@ def single_gpu_apart(dag, args, static, fixed_buckets):
                               read=read, fixed_buckets=fixed_buckets)
 
 
-def spreads_itself(spec, chunk, devices: Devices) -> bool:
+def spreads_itself(plan: Plan, chunk, devices: Devices) -> bool:
     """Whether the chunk's program is bsp/wfbp's closed form (`closed_form`)
     on CPU devices: untiled, its large loops already run on every core of
     one device (XLA's CPU backend splits them), so a second device on the
     same cores only contends with the first. Split over two devices on two
     cores, a reduced 2**30 resnet50/wfbp sweep ran at 0.75-0.81x the rate of
-    one (experiments/BENCHMARKS.md)."""
-    return devices.platforms == {"cpu"} and closed_form(compile_structure(chunk.structure), has_fixed_buckets(spec))
+    one (experiments/BENCHMARKS.md). Cached on the plan per structural group."""
+    cache_key = _group_key(chunk)
+    if cache_key not in plan.spreads:
+        plan.spreads[cache_key] = closed_form(compile_structure(chunk.structure), has_fixed_buckets(plan.spec))
+    return plan.spreads[cache_key] and devices.platforms == {"cpu"}
 
 
-def chunk_devices(spec, chunk, devices: Devices) -> Devices:
+def chunk_devices(plan: Plan, chunk, devices: Devices) -> Devices:
     """The devices a chunk of a full cube runs on: all of them, but the
     first alone for a program that spreads itself (`spreads_itself`) in a
     single process (several processes evaluate every chunk together)."""
-    if devices.count > 1 and jax.process_count() == 1 and spreads_itself(spec, chunk, devices):
+    if devices.count > 1 and jax.process_count() == 1 and spreads_itself(plan, chunk, devices):
         return single_device(devices.mesh.devices.flat[0])
     return devices
 

@@ -55,6 +55,7 @@ class Plan:
         self.length = _round_up(self.step * self.trailing, multiple)
         self.varying: dict = {}  # per structural group: the parameters that vary (sweep.engine.evaluate._varying)
         self.draws: dict = {}  # per structural group: how devices draw a sample (sweep.engine.evaluate._draws)
+        self.spreads: dict = {}  # per structural group: a closed form on CPUs (sweep.engine.evaluate.spreads_itself)
 
     def chunks(self):
         spec, shape = self.spec, self.spec.shape

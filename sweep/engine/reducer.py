@@ -154,7 +154,7 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
         for i, chunk_ in enumerate(mine):
             # Whole chunks in turn to the devices; a program that spreads
             # itself over the cores to the first alone (`spreads_itself`).
-            if spreads_itself(spec, chunk_, devices):
+            if spreads_itself(plan, chunk_, devices):
                 lane = lanes[0]
             else:
                 lane, turn = lanes[turn % len(lanes)], turn + 1
