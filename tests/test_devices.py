@@ -12,7 +12,6 @@ import sys
 import pytest
 import xarray as xr
 
-import sweep
 from sweep.engine.cpu_devices import cores
 
 SPEC = """

@@ -38,4 +38,3 @@ def use_every_core() -> int | None:
     except RuntimeError:  # the backends are up (the caller ran JAX first): keep theirs
         return None
     return count
-
