@@ -22,7 +22,7 @@ from kernels.iteration import derived_outputs, iteration_outputs, iteration_prim
 from kernels.parameters import Params
 from sweep.graph import zoo
 from sweep.graph.compiler import CompiledDag, compile_structure, compile_structure_uncached
-from sweep.engine import device_draws, single_gpu
+from sweep.engine import device_draws, group_params, single_gpu
 from sweep.engine.devices import Devices, single_device, visible_devices
 from sweep.engine.params import Column, kernel_params, pack, unpack
 from sweep.engine.plan import Plan
@@ -69,6 +69,16 @@ def _sweep_kernel(dag, params, outputs, size, tangents=(), fixed_buckets=False, 
     TRACES[outputs] += 1  # runs only while tracing
     return selected_outputs(fenced_primaries(dag, params, tangents, fixed_buckets, straight, single_gpu), params,
                             outputs, size)
+
+
+@functools.partial(program_jit, static_argnames=("expansion", "outputs", "size", "tangents", "fixed_buckets",
+                                                 "straight"))
+def _chunk_kernel(dag, packed, expansion, outputs, size, tangents=(), fixed_buckets=False, straight=False,
+                  single_gpu=None):
+    """`_sweep_kernel` on a chunk's packed parameters (`_packed`), expanded
+    in the same program (`expanded`)."""
+    return _sweep_kernel(dag, expanded(packed, expansion), outputs, size, tangents, fixed_buckets, straight,
+                         single_gpu)
 
 
 def fenced_primaries(dag, params, tangents, fixed_buckets, straight=False, single_gpu=None):
@@ -217,8 +227,7 @@ def _dispatch(spec, plan, chunk, devices):
     """Start a chunk on the devices: its outputs and its sampled values."""
     devices = chunk_devices(plan, chunk, devices)
     dag, (args, static), tangents, fixed_buckets, sampled = packed_chunk(spec, plan, chunk, devices)
-    params = expand(*args, **static)
-    out = _sweep_kernel(dag, params, spec.outputs, chunk.padded, tangents, fixed_buckets,
+    out = _chunk_kernel(dag, args, expansion(static), spec.outputs, chunk.padded, tangents, fixed_buckets,
                         straight=straight_code(dag, plan.group_size),
                         single_gpu=single_gpu_apart(dag, args, static, fixed_buckets))
     return out, sampled  # asynchronous
@@ -263,9 +272,24 @@ def packed_chunk(spec, plan, chunk, devices, sampled_values: bool = True):
     sampled values) of a chunk: everything its kernel needs, the parameters
     still compact (`expand` makes them [C] on the devices)."""
     drawing = _draws(spec, plan, chunk)
+    group = _group_params(spec, plan, chunk) if drawing is None else None
+    if group is not None:  # a grid: the chunk's buffers cut from its group's
+        packed = _placed(*group.packed(plan, chunk), plan, chunk, devices, _varying(spec, plan, chunk))
+        return compile_structure(chunk.structure), packed, group.tangents, has_fixed_buckets(spec), {}
     dag, params, tangents, fixed_buckets, sampled = _chunk_inputs(spec, plan, chunk, drawing, sampled_values)
     packed = _packed(params, plan, chunk, devices, _varying(spec, plan, chunk), drawing)
     return dag, packed, tangents, fixed_buckets, sampled
+
+
+def _group_params(spec, plan, chunk) -> group_params.GroupParams | None:
+    """The parameters of the chunk's structural group (`sweep.engine.group_params`),
+    built when the chunks reach a new group; None where chunks resolve their own."""
+    cached = plan.group_params
+    if cached is None or cached[0] != group_params.group_key(plan, chunk):
+        model = zoo.model_of(chunk.structure)
+        built = group_params.build(spec, plan, chunk, lambda columns: _params(spec, columns, model))
+        plan.group_params = cached = (group_params.group_key(plan, chunk), built)
+    return cached[1]
 
 
 def _group_key(chunk) -> tuple:
@@ -300,7 +324,11 @@ def _on_devices(params: Params, plan: Plan, chunk, devices: Devices, varying: fr
 
 def _packed(params: Params, plan: Plan, chunk, devices: Devices, varying: frozenset, drawing=None):
     """(`expand`'s array arguments, on the devices; its static arguments)."""
-    layout, floats, ints = pack(params)
+    return _placed(*pack(params), plan, chunk, devices, varying, drawing)
+
+
+def _placed(layout: tuple, floats, ints, plan: Plan, chunk, devices: Devices, varying: frozenset, drawing=None):
+    """`_packed` from the packed host buffers."""
     draw_plan, limits = drawing or (None, ())
     words = device_draws.chunk_words(plan.spec, chunk) if drawing else np.zeros(0, np.uint32)
     static = dict(layout=layout, box=plan.padded_box_shape(), length=chunk.padded, sharding=devices.sharded,
@@ -334,6 +362,22 @@ def expand(floats, ints, limits, words, layout: tuple, box: tuple[int, ...], len
         out[name] = value.reshape(1) if name not in varying else \
             jax.lax.with_sharding_constraint(over_box(value, box, length), sharding)
     return Params.of(out)
+
+
+def expansion(static: dict) -> tuple:
+    """`expand`'s static arguments as one static argument of a program
+    that expands a chunk's parameters itself (`expanded`)."""
+    return tuple(static.items())
+
+
+def expanded(packed, expansion: tuple) -> Params:
+    """`expand` inside a larger program, its parameters materialised (a
+    barrier): a chunk's own program expands them on the devices, where run
+    apart the CPU client ran `expand`, a cheap program, on the host's
+    thread (1-2 ms per 2**18 configurations, single-threaded, holding back
+    the host). The barrier keeps the parameters what `expand` run apart
+    gives, so a sample's draws round the same in every program."""
+    return jax.lax.optimization_barrier(expand(*packed, **dict(expansion)))
 
 
 def _chunk_inputs(spec: Spec, plan: Plan, chunk, drawing=None, sampled_values: bool = True):

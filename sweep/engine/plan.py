@@ -56,6 +56,7 @@ class Plan:
         self.varying: dict = {}  # per structural group: the parameters that vary (sweep.engine.evaluate._varying)
         self.draws: dict = {}  # per structural group: how devices draw a sample (sweep.engine.evaluate._draws)
         self.spreads: dict = {}  # per structural group: a closed form on CPUs (sweep.engine.evaluate.spreads_itself)
+        self.group_params = None  # the latest group's parameters, or None (sweep.engine.evaluate.packed_chunk)
 
     def chunks(self):
         spec, shape = self.spec, self.spec.shape

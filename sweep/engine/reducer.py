@@ -18,7 +18,7 @@ import numpy as np
 
 from kernels import reduce as kernel
 from sweep.engine.devices import single_device
-from sweep.engine.evaluate import (_dispatch, default_chunk, expand, fenced_primaries, make_progress, packed_chunk,
+from sweep.engine.evaluate import (_dispatch, default_chunk, expanded, expansion, fenced_primaries, make_progress, packed_chunk,
                                    selected_outputs, single_gpu_apart, spreads_itself, visible_devices)
 from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
@@ -83,16 +83,15 @@ def chunk_box(spec: Spec, shape: kernel.ReduceShape, chunk) -> kernel.Box:
 
 
 @functools.partial(program_jit, donate_argnums=0,
-                   static_argnames=("tangents", "fixed_buckets", "shape", "outputs", "size", "straight"))
-def _fold_chunk(acc, params, box, dag, tangents, fixed_buckets, shape, outputs, size, straight=False,
+                   static_argnames=("expansion", "tangents", "fixed_buckets", "shape", "outputs", "size", "straight"))
+def _fold_chunk(acc, packed, expansion, box, dag, tangents, fixed_buckets, shape, outputs, size, straight=False,
                 single_gpu=None):
-    """One chunk's primaries (`fenced_primaries`, the same code as a full
-    cube's), selected outputs and fold into the accumulators, in one
-    compiled program: run as two, the primaries were written out and read
-    back in a second dispatch, about half the rate on 2 cores. Also whether
-    any valid configuration gave a non-finite value. The parameters come
-    from `expand`, compiled apart as for a full cube, so a sample's draws
-    round exactly as there."""
+    """One chunk's parameters (`expanded`), primaries (`fenced_primaries`,
+    the same code as a full cube's), selected outputs and fold into the
+    accumulators, in one compiled program: run as two, the primaries were
+    written out and read back in a second dispatch, about half the rate on
+    2 cores. Also whether any valid configuration gave a non-finite value."""
+    params = expanded(packed, expansion)
     primary = fenced_primaries(dag, params, tangents, fixed_buckets, straight, single_gpu)
     return kernel.accumulate(acc, selected_outputs(primary, params, outputs, size), box, shape)
 
@@ -160,7 +159,7 @@ def run_reduced(spec: Spec, output=None, chunk: int | None = None, quiet: bool =
                 lane, turn = lanes[turn % len(lanes)], turn + 1
             dag, (args, static), tangents, fixed_buckets, _ = packed_chunk(spec, plan, chunk_, lane.devices,
                                                                           sampled_values=False)
-            lane.acc, bad = _fold_chunk(lane.acc, expand(*args, **static), chunk_box(spec, shape, chunk_), dag,
+            lane.acc, bad = _fold_chunk(lane.acc, args, expansion(static), chunk_box(spec, shape, chunk_), dag,
                                         tangents, fixed_buckets, shape, spec.outputs, plan.length,
                                         straight=straight_code(dag, plan.group_size),
                                         single_gpu=single_gpu_apart(dag, args, static, fixed_buckets))
