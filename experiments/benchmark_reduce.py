@@ -7,15 +7,19 @@ For each device count, in one child process (so the device count is its
 own and its peak memory is its own):
   reference  the fused numba evaluation of resnet50/wfbp (experiments/
              fused_reference.py) on a 2**22-configuration grid;
-  kernel     the sweep kernel alone on one pre-built chunk of the reduced grid;
   full cube  sweep.run into an in-memory cube, 2**22 configurations;
-and in a second child, alone: sweep.run (its second run; the first compiles)
-with a `[reduce]` table over the
+and in a second child, alone: sweep.run with a `[reduce]` table over the
 2**size_log2 grid (resnet50/wfbp: 16 batch sizes x 16 node counts x 4 GPUs
 per node x inter-node bandwidths x latencies), reduced over the link
 (`inter.bandwidth`, `inter.alpha`), two outputs, with min and argmin
-("optimum") and then with min, argmin, max, mean and q50 ("reduce"): rates,
-and the child's peak resident memory. Prints one JSON object
+("optimum") and with min, argmin, max, mean and q50 ("reduce"), each run
+once to compile and then twice, timed; before, between and after the timed
+runs the sweep kernel alone on one pre-built chunk of the reduced grid,
+called back to back for KERNEL_SECONDS. Each run is compared with the mean
+of the kernel's rates just before and after it: on a 2-core VM the
+kernel's best of 5 calls (20 ms) ranged from 39 to 78 M/s within minutes,
+so only rates measured over a similar time, close together, compare. Rates,
+ratios, and the child's peak resident memory. Prints one JSON object
 per device count and a summary line.
 """
 from __future__ import annotations
@@ -30,15 +34,17 @@ import sys
 import time
 
 import jax
+import numpy as np
 
 import sweep
 
 try:
-    from experiments.benchmark import best_of, drawn_on_the_host, grid, kernel_rate, reference
+    from experiments.benchmark import best_of, drawn_on_the_host, grid, reference
 except ModuleNotFoundError:  # run as a script
-    from benchmark import best_of, drawn_on_the_host, grid, kernel_rate, reference
+    from benchmark import best_of, drawn_on_the_host, grid, reference
 
-SIDE_LOG2 = 22  # the reference, the kernel and the full cube
+SIDE_LOG2 = 22  # the reference and the full cube
+KERNEL_SECONDS = 5.0
 REDUCE = {"over": ["inter.bandwidth", "inter.alpha"], "statistics": ["min", "argmin", "max", "mean", "q50"]}
 OPTIMUM = {**REDUCE, "statistics": ["min", "argmin"]}  # the question "which link is best": the lightest fold
 OUTPUTS = ["iteration_time", "scaling_efficiency"]
@@ -49,24 +55,50 @@ def side_by_side(size_log2: int) -> dict:
     ref = reference(spec)
     sweep.run(spec)  # compiles
     full = spec.size / best_of(lambda: sweep.run(spec), 3)
+    return {"reference_rate": ref["rate"], "full_cube_rate": full}
+
+
+def sustained_kernel_rate(spec, seconds: float = KERNEL_SECONDS) -> float:
+    """The sweep kernel alone on the first chunk of `spec`, called back to back
+    for `seconds`: configurations per second over the whole time."""
+    prepared = sweep.prepare_chunk(spec)
+    prepared.evaluate()  # compiles
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        prepared.evaluate()
+        calls += 1
+    return calls * prepared.size / (time.perf_counter() - start)
+
+
+def reduced(size_log2: int, repeats: int = 2) -> dict:
+    """Each reduced sweep `repeats` times (after one run that compiles),
+    alternating with the kernel alone: each run's ratio is to the mean of the
+    kernel's sustained rates just before and just after it; rates and ratios
+    are the means over the repeats."""
     # The kernel alone on the first chunk of the reduced grid itself (its boxes).
-    kernel = kernel_rate(sweep.load_spec({**grid(size_log2), "outputs": OUTPUTS}))
-    return {"reference_rate": ref["rate"], "kernel_rate": kernel, "full_cube_rate": full}
-
-
-def reduced(size_log2: int) -> dict:
-    out = {}
-    for name, table in (("optimum", OPTIMUM), ("reduce", REDUCE)):
-        spec = sweep.load_spec({**grid(size_log2), "outputs": OUTPUTS, "reduce": table})
+    kernel_spec = sweep.load_spec({**grid(size_log2), "outputs": OUTPUTS})
+    specs = {name: sweep.load_spec({**grid(size_log2), "outputs": OUTPUTS, "reduce": table})
+             for name, table in (("optimum", OPTIMUM), ("reduce", REDUCE))}
+    for spec in specs.values():
         # The same scenario first (a smaller grid would not do: which parameters
         # vary decides the compiled programs, so its timed run would compile).
         sweep.run(spec)
-        start = time.perf_counter()
-        result = sweep.run(spec)
-        seconds = time.perf_counter() - start
-        assert result["iteration_time_min"].notnull().all()
-        out.update({"grid": spec.size, f"{name}_seconds": seconds, f"{name}_rate": spec.size / seconds,
-                    f"{name}_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    kernels = [sustained_kernel_rate(kernel_spec)]
+    rates, ratios = {name: [] for name in specs}, {name: [] for name in specs}
+    for _ in range(repeats):
+        for name, spec in specs.items():
+            start = time.perf_counter()
+            result = sweep.run(spec)
+            rate = spec.size / (time.perf_counter() - start)
+            assert result["iteration_time_min"].notnull().all()
+            kernels.append(sustained_kernel_rate(kernel_spec))
+            rates[name].append(rate)
+            ratios[name].append(rate / ((kernels[-2] + kernels[-1]) / 2))
+    out = {"grid": kernel_spec.size, "kernel_rates": kernels, "kernel_rate": float(np.mean(kernels)),
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    for name in specs:
+        out.update({f"{name}_rates": rates[name], f"{name}_rate": float(np.mean(rates[name])),
+                    f"{name}_vs_kernel": float(np.mean(ratios[name]))})
     return out
 
 
@@ -120,14 +152,13 @@ def main(argv=None) -> int:
                **child(devices, "side_by_side", args.size_log2), **child(devices, "reduced", args.size_log2)}
         for name in ("optimum", "reduce"):
             row[f"{name}_vs_reference"] = row[f"{name}_rate"] / row["reference_rate"]
-            row[f"{name}_vs_kernel"] = row[f"{name}_rate"] / row["kernel_rate"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     print("summary: " + "; ".join(
         f"{r['devices']} device(s), {r['grid']:,} configurations: " + ", ".join(
             f"{name} {r[name + '_rate'] / 1e6:.1f} M/s ({r[name + '_vs_reference']:.2f}x reference, "
             f"{r[name + '_vs_kernel']:.2f}x kernel, {r[name + '_rate'] / rows[0][name + '_rate']:.2f}x one device)"
-            for name in ("optimum", "reduce")) + f", peak {r['reduce_peak_rss_mib']:.0f} MiB" for r in rows))
+            for name in ("optimum", "reduce")) + f", peak {r['peak_rss_mib']:.0f} MiB" for r in rows))
     return 0
 
 
