@@ -19,7 +19,8 @@ SCENARIOS = {
                                    "nodes": [2, 8], "gpus_per_node": 4, "batch_size": [16, 32],
                                    "intra": {"name": "nvlink3"},
                                    "inter": {"bandwidth": [1e9, 1e10], "alpha": 2e-6},
-                                   "outputs": ["iteration_time", "d_iteration_time/d_inter.bandwidth", "d_iteration_time/d_compute.efficiency"]}, 8),
+                                   "outputs": ["iteration_time", "d_iteration_time/d_inter.bandwidth",
+                                               "d_iteration_time/d_compute.efficiency"]}, 8),
     # The link model's extension keys and categorical names.
     "link extensions": ({"model": "resnet50", "batch_size": 32, "nodes": [1, 2, 4], "gpus_per_node": [2, 8],
                          "inter": {"name": ["10gbe", "100gbe"], "overhead": [0.0, 1e-5], "line_rate": 1.25e9},

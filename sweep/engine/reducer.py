@@ -18,8 +18,8 @@ import numpy as np
 
 from kernels import reduce as kernel
 from sweep.engine.devices import single_device
-from sweep.engine.evaluate import (_dispatch, default_chunk, expanded, expansion, fenced_primaries, make_progress, packed_chunk,
-                                   selected_outputs, single_gpu_apart, spreads_itself, visible_devices)
+from sweep.engine.evaluate import (_dispatch, default_chunk, expanded, expansion, fenced_primaries, make_progress,
+                                   packed_chunk, selected_outputs, single_gpu_apart, spreads_itself, visible_devices)
 from sweep.engine.plan import Plan
 from sweep.engine.reduce_result import counts, per_cell, statistics
 from sweep.engine.reduce_store import ReduceStore
