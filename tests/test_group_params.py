@@ -50,8 +50,8 @@ def test_cut_from_the_group_equals_the_chunk_resolved(name):
 
 
 def test_samples_and_large_groups_resolve_per_chunk(monkeypatch):
-    sample = sweep.load_spec({"model": "resnet50", "batch_size": 32, "sample": {"seed": 1, "n": 64,
-                                                              "inter": {"bandwidth": {"min": 1e9, "max": 1e11}}}})
+    sample = sweep.load_spec({"model": "resnet50", "batch_size": 32,
+                              "sample": {"seed": 1, "n": 64, "inter": {"bandwidth": {"min": 1e9, "max": 1e11}}}})
     plan = Plan(sample, 16)
     assert evaluate._group_params(sample, plan, next(plan.chunks())) is None
     grid = sweep.load_spec(SCENARIOS["padded split"][0])

@@ -284,12 +284,11 @@ def packed_chunk(spec, plan, chunk, devices, sampled_values: bool = True):
 def _group_params(spec, plan, chunk) -> group_params.GroupParams | None:
     """The parameters of the chunk's structural group (`sweep.engine.group_params`),
     built when the chunks reach a new group; None where chunks resolve their own."""
-    cached = plan.group_params
-    if cached is None or cached[0] != group_params.group_key(plan, chunk):
+    key = group_params.group_key(plan, chunk)
+    if plan.group_params is None or plan.group_params[0] != key:
         model = zoo.model_of(chunk.structure)
-        built = group_params.build(spec, plan, chunk, lambda columns: _params(spec, columns, model))
-        plan.group_params = cached = (group_params.group_key(plan, chunk), built)
-    return cached[1]
+        plan.group_params = key, group_params.build(spec, plan, chunk, lambda columns: _params(spec, columns, model))
+    return plan.group_params[1]
 
 
 def _group_key(chunk) -> tuple:

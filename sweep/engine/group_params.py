@@ -39,10 +39,8 @@ class Gather:
     lead_strides: np.ndarray  # [leading axes, n]
 
     def cut(self, leading: np.ndarray, start: int, last: int) -> np.ndarray:
-        index = self.base + np.minimum(start + self.along, last) * self.split_stride
-        if len(leading):
-            index = index + leading @ self.lead_strides
-        return self.source[index]
+        return self.source[self.base + leading @ self.lead_strides
+                           + np.minimum(start + self.along, last) * self.split_stride]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +85,7 @@ def build(spec, plan, chunk, resolve) -> GroupParams | None:
         return None
     group_layout, group_floats, group_ints = pack(params)
     split, step = plan.split, plan.padded_box_shape()[0]
-    layout, parts = [], {False: [], True: []}
+    layout, parts, sizes = [], {False: [], True: []}, {False: 0, True: 0}
     for name, shape, integer, offset in group_layout:
         if len(shape) != rank:  # one value for every configuration: [1] in every chunk too
             chunk_shape, strides = (1,), np.zeros(rank, np.int64)
@@ -96,10 +94,11 @@ def build(spec, plan, chunk, resolve) -> GroupParams | None:
             strides = np.asarray(_strides(shape), np.int64)
         position = np.indices(chunk_shape).reshape(len(chunk_shape), -1)  # [chunk rank, n]
         rest = strides[split + 1:] if len(shape) == rank else np.zeros(len(chunk_shape) - 1, np.int64)
-        base = offset + rest @ position[1:] if len(rest) else np.full(position.shape[1], offset, np.int64)
-        parts[integer].append((base.astype(np.int64), position[0], np.broadcast_to(strides[split], base.shape),
+        base = offset + rest @ position[1:]  # [n] int64 (zeros @ an empty position when nothing trails)
+        parts[integer].append((base, position[0], np.broadcast_to(strides[split], base.shape),
                                np.repeat(strides[:split, None], base.size, axis=1)))
-        layout.append((name, chunk_shape, integer, sum(p[0].size for p in parts[integer][:-1])))
+        layout.append((name, chunk_shape, integer, sizes[integer]))
+        sizes[integer] += base.size
     return GroupParams(tuple(layout), tangents, _gather(group_floats, parts[False], split),
                        _gather(group_ints, parts[True], split), split, plan.inner_shape[split] - 1)
 
