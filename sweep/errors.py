@@ -18,9 +18,10 @@ class SpecError(ValueError):
 
 
 def show(value: object) -> str:
-    """A value as an error message prints it: its repr, cut to 80 characters."""
+    """A value as an error message prints it: its repr, cut to 160 characters
+    by eliding the middle, so a long path keeps its file name."""
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 160 else text[:60] + "..." + text[-97:]
 
 
 def closest(word: object, choices, what: str = "") -> str:

@@ -151,3 +151,14 @@ def test_a_misspelt_fitted_key_gets_the_nearest_one(cli, tmp_path):
     status, _, err = cli("calibrate", data, "--fit", "inter.bandwith", "-o", tmp_path / "fit.toml")
     assert status == 2 and err.count("\n") == 1 and "did you mean inter.bandwidth?" in err, err
     assert not (tmp_path / "fit.toml").exists()
+
+
+def test_a_long_value_keeps_its_end():
+    """A long path is cut in the middle: its file name, the part that says
+    which file, stays in the one line."""
+    path = "/tmp/" + "deep/" * 40 + "measurements.csv"
+    message = str(SpecError("data", path, "cannot read file"))
+    shown = message.split(" = ", 1)[1].rsplit(": ", 1)[0]
+    assert len(shown) == 160 and shown.startswith("'/tmp/deep/") and shown.endswith("/measurements.csv'")
+    assert "..." in shown
+    assert str(SpecError("data", "short.csv", "x")) == "data = 'short.csv': x"
