@@ -30,10 +30,11 @@ ring crosses too; the inter link alone with one GPU per node), at the
 link's bandwidth times the protocol's share (1/4, 0.92, 1). The time is
 the least of the three lines, a piecewise-affine cost: the same `Steps` as
 the link model's protocol switches (`kernels.collectives`), so every
-kernel that prices an all-reduce prices this one too. NCCL's tree
-(log-depth latency between nodes) was tried as three more lines and
-dropped: it made the out-of-sample errors worse (README "Validation
-against measurements").
+kernel that prices an all-reduce prices this one too. NCCL's tree was
+tried as three more lines, twice (its log-depth latency between nodes;
+then also its two-node bandwidth, M per node on the network against the
+ring's 2(P-1)/P M) and dropped: it made the out-of-sample errors worse
+(README "Validation against measurements").
 """
 from __future__ import annotations
 
