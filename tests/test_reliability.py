@@ -131,9 +131,11 @@ def test_sigint_and_sigterm_stop_cleanly_and_resume_identically(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigint_and_sigterm_at_random_times_on_20m_configurations(tmp_path):
-    stopped = interrupt_and_resume(tmp_path, "resnet50", 10_000_000, 131_072, 12,
-                                   np.random.default_rng(13), (0.0, 2.0), fresh_in_process=False)
+def test_sigint_and_sigterm_at_random_times_on_40m_configurations(tmp_path):
+    # Enough work for 12 stops at up to 1 s apart: with 20M configurations and
+    # up to 2 s, the faster sweep finished after 6.
+    stopped = interrupt_and_resume(tmp_path, "resnet50", 20_000_000, 131_072, 12,
+                                   np.random.default_rng(13), (0.0, 1.0), fresh_in_process=False)
     print(f"stopped {len(stopped)} times, in {min(stopped):.2f} to {max(stopped):.2f} s")
     assert len(stopped) >= 10
 
