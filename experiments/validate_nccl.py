@@ -23,7 +23,10 @@ Tasks, through `sweep.validate` (the code of `ssgd-sweep validate`):
   (c) across rank counts on the same hardware: the data hold no two tables
       of the same machine at two rank counts; the nearest case, Azure NC A100
       v4 with 2 GPUs (one NVLink-bridged pair) and 4 GPUs (two pairs joined
-      over PCIe/SYS), is reported, knowing the topology differs.
+      over PCIe/SYS), is reported, knowing the topology differs: with a
+      flexible link, then with each table's rows bounded by the line rate of
+      the slowest edge its ring crosses (`RANK_LINE_RATES`, from the tables'
+      README), then also with NCCL's protocols (a base latency per call).
 
     python experiments/validate_nccl.py [--quick] [--out DIR]
 
@@ -118,6 +121,33 @@ def nccl_base(inter_rate: float | None, intra: str, name: str = "") -> str:
     return text
 
 
+# (c) Azure NC A100 v4: 2 GPUs (one NVLink-bridged pair) and 4 (two pairs
+# joined over PCIe/SYS, as the tables' README describes the machines).
+RANK_TABLES = ("azure_nc48ads_a100v4_1x2_topoonly", "azure_nc96ads_a100v4_1x4")
+# The line rate of the slowest edge a ring crosses on each machine: the
+# bridge on the pair, the host's PCIe 4.0 x16 between the pairs of four.
+RANK_LINE_RATES = (catalog.LINKS["nvlink3"].line_rate, catalog.LINKS["pcie4"].line_rate)
+RANK_VARIANTS = (  # (label, fitted keys, base, per-table intra line rates or None)
+    ("flexible link", INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n', None),
+    ("flexible link, slowest edge's line rate", INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n',
+     RANK_LINE_RATES),
+    ("nccl protocols, slowest edge's line rate", ("intra.alpha", "intra.bandwidth"), nccl_base(None, "nvlink3"),
+     RANK_LINE_RATES),
+)
+
+
+def rank_table(path: Path, rates) -> Path:
+    """Both rank counts' rows in one file; with `rates`, each table's rows
+    carry the intra line rate of its slowest edge (`intra.line_rate`)."""
+    lines = ["nodes,gpus_per_node,message_bytes,allreduce_time" + (",intra.line_rate" if rates else "")]
+    for name, rate in zip(RANK_TABLES, rates or (None,) * len(RANK_TABLES)):
+        rows, _, _ = read_measurements(DATA / f"{name}.csv", {})
+        lines += [f"{r['nodes']},{r['gpus_per_node']},{r['message_bytes']!r},{r['allreduce_time']!r}"
+                  + (f",{rate!r}" if rates else "") for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -174,19 +204,13 @@ def main(argv=None) -> int:
                              pct(whole.max_relative_error), len(whole.excluded)])
             print(f"{name}: done", file=sys.stderr)
         # (c) the nearest thing to two rank counts on the same hardware
-        pair = DATA / "azure_nc48ads_a100v4_1x2_topoonly.csv"
-        quad = DATA / "azure_nc96ads_a100v4_1x4.csv"
-        both = folder / "azure_nc_a100v4.csv"
-        lines = ["nodes,gpus_per_node,message_bytes,allreduce_time"]
-        for path in (pair, quad):
-            rows, _, _ = read_measurements(path, {})
-            lines += [f"{r['nodes']},{r['gpus_per_node']},{r['message_bytes']!r},{r['allreduce_time']!r}"
-                      for r in rows]
-        both.write_text("\n".join(lines) + "\n")
-        ranks = run(both, INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n', "gpus_per_node", options, folder)
-        ranks = [r for r in ranks if r.fold.name.endswith("= 4")]
-        rank_rows = [_row("azure NC A100 v4: fit 2 GPUs, predict 4", "single node", ranks,
-                          "topology differs (pair vs two pairs over SYS)")]
+        rank_rows = []
+        for label, keys, base, rates in RANK_VARIANTS:
+            both = rank_table(folder / "azure_nc_a100v4.csv", rates)
+            ranks = run(both, keys, base, "gpus_per_node", options, folder)
+            ranks = [r for r in ranks if r.fold.name.endswith("= 4")]
+            rank_rows.append(_row("azure NC A100 v4: fit 2 GPUs, predict 4", label, ranks,
+                                  "topology differs (pair vs two pairs over SYS)"))
     head = ["table", "kind", "held out", "in-sample median", "in-sample max", "model median", "model max",
             "naive median", "naive max", "note"]
     text = "(a, b) fit sizes <= 1 MiB, predict the larger sizes; naive: nearest measured size at its bandwidth\n\n"

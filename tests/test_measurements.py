@@ -143,6 +143,7 @@ def test_validate_nccl_quick_run(tmp_path):
     assert module.main(["--quick", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "table.md").read_text()
     assert "aws_p5_2x8_efa" in table and "(c) across rank counts" in table and "alpha only" in table
+    assert "nccl protocols, slowest edge's line rate" in table
 
 
 def test_validate_takes_a_format(tmp_path, cli):
