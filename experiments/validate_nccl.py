@@ -83,6 +83,9 @@ INTRA_LINKS = {
 # about M, not a ring's 2(g-1)/g M, so the wire bound is half the ring's: the
 # line rate is doubled to say so (README caveat: busbw above the wire).
 NVLS = ("nvidia_exemplar_h100_dgx_1x8",)
+# Four GPUs as two NVLink-bridged pairs joined through the host's PCIe 4.0
+# (the tables' README): the ring crosses that edge, whose line rate bounds it.
+SLOWEST_EDGE = {"azure_nc96ads_a100v4_1x4": "pcie4"}
 # algorithm "nccl": both hop latencies fitted; NCCL's LL hop figures
 # (`catalog.NCCL_LL_HOP`) as their start. The 2 x 8 tables' nodes are
 # NVSwitch boxes of the table's GPU (README hardware column): its NVLink
@@ -105,7 +108,10 @@ def single_node_base(name: str, link: str) -> str:
 
 def nvls_line_rate(name: str, link: str) -> str:
     """The intra line-rate line of a table that reduces in the switch (`NVLS`:
-    each GPU sends half a ring's bytes), empty for the others."""
+    each GPU sends half a ring's bytes), or whose ring crosses a slower edge
+    than its GPUs' own link (`SLOWEST_EDGE`); empty for the others."""
+    if name in SLOWEST_EDGE:
+        return f"line_rate = {catalog.LINKS[SLOWEST_EDGE[name]].line_rate!r}\n"
     return f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n" if name in NVLS else ""
 
 
