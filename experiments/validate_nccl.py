@@ -103,10 +103,10 @@ QUICK = FitOptions(starts=2, steps=300, polish=150)
 
 def single_node_base(name: str, link: str) -> str:
     """The base scenario of a single-node table: a ring on its catalog intra link."""
-    return f'algorithm = "ring"\n[intra]\nname = "{link}"\n' + nvls_line_rate(name, link)
+    return f'algorithm = "ring"\n[intra]\nname = "{link}"\n' + intra_line_rate(name, link)
 
 
-def nvls_line_rate(name: str, link: str) -> str:
+def intra_line_rate(name: str, link: str) -> str:
     """The intra line-rate line of a table that reduces in the switch (`NVLS`:
     each GPU sends half a ring's bytes), or whose ring crosses a slower edge
     than its GPUs' own link (`SLOWEST_EDGE`); empty for the others."""
@@ -121,7 +121,7 @@ def nccl_base(inter_rate: float | None, intra: str, name: str = "") -> str:
     tuning figures, LL on NVLink or PCIe inside the node and on the network
     between nodes; the inter bandwidth at the node's line rate."""
     hop = catalog.nccl_ll_hop(intra)
-    text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n' + nvls_line_rate(name, intra)
+    text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n' + intra_line_rate(name, intra)
     if inter_rate is not None:
         text += f"[inter]\nalpha = {catalog.NCCL_LL_HOP['net']!r}\nbandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n"
     return text
@@ -132,7 +132,7 @@ def nccl_base(inter_rate: float | None, intra: str, name: str = "") -> str:
 RANK_TABLES = ("azure_nc48ads_a100v4_1x2_topoonly", "azure_nc96ads_a100v4_1x4")
 # The line rate of the slowest edge a ring crosses on each machine: the
 # bridge on the pair, the host's PCIe 4.0 x16 between the pairs of four.
-RANK_LINE_RATES = (catalog.LINKS["nvlink3"].line_rate, catalog.LINKS["pcie4"].line_rate)
+RANK_LINE_RATES = tuple(catalog.LINKS[SLOWEST_EDGE.get(name, INTRA_LINKS[name])].line_rate for name in RANK_TABLES)
 RANK_VARIANTS = (  # (label, fitted keys, base, per-table intra line rates or None)
     ("flexible link", INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n', None),
     ("flexible link, slowest edge's line rate", INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n',
