@@ -133,11 +133,12 @@ RANK_TABLES = ("azure_nc48ads_a100v4_1x2_topoonly", "azure_nc96ads_a100v4_1x4")
 # The line rate of the slowest edge a ring crosses on each machine: the
 # bridge on the pair, the host's PCIe 4.0 x16 between the pairs of four.
 RANK_LINE_RATES = tuple(catalog.LINKS[SLOWEST_EDGE.get(name, INTRA_LINKS[name])].line_rate for name in RANK_TABLES)
+_PAIR_LINK = INTRA_LINKS[RANK_TABLES[0]]  # the fitted table's own link
 RANK_VARIANTS = (  # (label, fitted keys, base, per-table intra line rates or None)
-    ("flexible link", INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n', None),
-    ("flexible link, slowest edge's line rate", INTRA_KEYS, 'algorithm = "ring"\nintra = "nvlink3"\n',
+    ("flexible link", INTRA_KEYS, single_node_base(RANK_TABLES[0], _PAIR_LINK), None),
+    ("flexible link, slowest edge's line rate", INTRA_KEYS, single_node_base(RANK_TABLES[0], _PAIR_LINK),
      RANK_LINE_RATES),
-    ("nccl protocols, slowest edge's line rate", ("intra.alpha", "intra.bandwidth"), nccl_base(None, "nvlink3"),
+    ("nccl protocols, slowest edge's line rate", ("intra.alpha", "intra.bandwidth"), nccl_base(None, _PAIR_LINK),
      RANK_LINE_RATES),
 )
 
@@ -204,13 +205,13 @@ def main(argv=None) -> int:
             # In sample the question is what the link model can describe, not
             # what it predicts: the priors weigh as little as before the default
             # became 0.5 (with it, two more tables miss 5 %: README).
-            whole, _ = calibrate(path, INTRA_IN_SAMPLE, folder / "whole.toml", None,
-                                 dataclasses.replace(options, prior=DESCRIBE_PRIOR))
+            describe = dataclasses.replace(options, prior=DESCRIBE_PRIOR)
+            whole, _ = calibrate(path, INTRA_IN_SAMPLE, folder / "whole.toml", None, describe)
             # The same question with NCCL's protocols: a base latency per call
             # and a hop per step (only the hop and the bandwidth are free).
             (folder / "whole_nccl.toml").write_text(nccl_base(None, link, name))
             protocols, _ = calibrate(path, ("intra.alpha", "intra.bandwidth"), folder / "whole_nccl.toml", None,
-                                     dataclasses.replace(options, prior=DESCRIBE_PRIOR))
+                                     describe)
             fit_rows.append([name, link, whole.observations, pct(whole.median_relative_error),
                              pct(whole.max_relative_error), pct(protocols.median_relative_error),
                              pct(protocols.max_relative_error), len(whole.excluded)])
