@@ -13,14 +13,20 @@ and in a second child, alone: sweep.run with a `[reduce]` table over the
 per node x inter-node bandwidths x latencies), reduced over the link
 (`inter.bandwidth`, `inter.alpha`), two outputs, with min and argmin
 ("optimum") and with min, argmin, max, mean and q50 ("reduce"), each run
-once to compile and then twice, timed; before, between and after the timed
-runs the sweep kernel alone on one pre-built chunk of the reduced grid,
-called back to back for KERNEL_SECONDS. Each run is compared with the mean
-of the kernel's rates just before and after it: on a 2-core VM the
+once to compile and then `--repeats` times, timed; before, between and after
+the timed runs the sweep kernel alone on one pre-built chunk of the reduced
+grid, called back to back for KERNEL_SECONDS. Each run is compared with the
+mean of the kernel's rates just before and after it: on a 2-core VM the
 kernel's best of 5 calls (20 ms) ranged from 39 to 78 M/s within minutes,
-so only rates measured over a similar time, close together, compare. Rates,
-ratios, and the child's peak resident memory. Prints one JSON object
-per device count and a summary line.
+so only rates measured over a similar time, close together, compare.
+
+For the same reason the device counts are compared in pairs: the reduced
+children run `--rounds` times, the device counts alternating in order
+(1, 2, then 2, 1, ...), and each device count's rate is divided by that of
+one device in the child next to it in time (the same round). Rates, ratios
+(means over the rounds; "x one device" as the geometric mean of the paired
+ratios, with their range), and each child's peak resident memory. Prints
+one JSON object per device count and a summary line.
 """
 from __future__ import annotations
 
@@ -70,7 +76,7 @@ def sustained_kernel_rate(spec, seconds: float = KERNEL_SECONDS) -> float:
     return calls * prepared.size / (time.perf_counter() - start)
 
 
-def reduced(size_log2: int, repeats: int = 2) -> dict:
+def reduced(size_log2: int, repeats: int = 1) -> dict:
     """Each reduced sweep `repeats` times (after one run that compiles),
     alternating with the kernel alone: each run's ratio is to the mean of the
     kernel's sustained rates just before and just after it; rates and ratios
@@ -122,10 +128,10 @@ def sampled(size_log2: int) -> dict:
     return out
 
 
-def child(devices: int, what: str, size_log2: int) -> dict:
+def child(devices: int, what: str, *args) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     code = (f"import sys, json; sys.path[:0] = [{_root()!r}, {os.path.dirname(os.path.abspath(__file__))!r}]; "
-            f"import benchmark_reduce as b; print(json.dumps(b.{what}({size_log2})))")
+            f"import benchmark_reduce as b; print(json.dumps(b.{what}(*{args!r})))")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(done.stderr)
@@ -135,7 +141,11 @@ def child(devices: int, what: str, size_log2: int) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-log2", type=int, default=30)
-    parser.add_argument("--devices", default="1,2", help="CPU device counts (comma-separated)")
+    parser.add_argument("--devices", default="1,2", help="CPU device counts (comma-separated; the first is "
+                        "the one the others are compared with)")
+    parser.add_argument("--rounds", type=int, default=3, help="reduced children per device count, the counts' "
+                        "order alternating (default 3)")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs of each reduced sweep per child")
     parser.add_argument("--sampled", type=int, metavar="LOG2", help="only the sampled sweep of 2**LOG2, "
                         "drawn on the devices against drawn on the host, on one device")
     args = parser.parse_args(argv)
@@ -146,19 +156,33 @@ def main(argv=None) -> int:
               f"{row['device_draws_rate'] / 1e6:.2f} M/s, on the host {row['host_draws_rate'] / 1e6:.2f} M/s "
               f"({row['device_draws_rate'] / row['host_draws_rate']:.2f}x)")
         return 0
-    rows = []
-    for devices in (int(d) for d in args.devices.split(",")):
-        row = {"devices": devices, "platform": jax.devices()[0].platform,
-               **child(devices, "side_by_side", args.size_log2), **child(devices, "reduced", args.size_log2)}
-        for name in ("optimum", "reduce"):
+    counts = [int(d) for d in args.devices.split(",")]
+    rows = {d: {"devices": d, "platform": jax.devices()[0].platform, **child(d, "side_by_side", args.size_log2)}
+            for d in counts}
+    rounds = []  # per round: {devices: the reduced child's row}
+    for r in range(args.rounds):
+        order = counts if r % 2 == 0 else counts[::-1]
+        rounds.append({d: child(d, "reduced", args.size_log2, args.repeats) for d in order})
+    names = ("optimum", "reduce")
+    for d, row in rows.items():
+        runs = [one[d] for one in rounds]
+        row.update(grid=runs[0]["grid"], rounds=runs, peak_rss_mib=max(run["peak_rss_mib"] for run in runs),
+                   kernel_rate=float(np.mean([run["kernel_rate"] for run in runs])))
+        for name in names:
+            row[f"{name}_rate"] = float(np.mean([run[f"{name}_rate"] for run in runs]))
+            row[f"{name}_vs_kernel"] = float(np.mean([run[f"{name}_vs_kernel"] for run in runs]))
             row[f"{name}_vs_reference"] = row[f"{name}_rate"] / row["reference_rate"]
-        rows.append(row)
+            paired = [one[d][f"{name}_rate"] / one[counts[0]][f"{name}_rate"] for one in rounds]
+            row[f"{name}_vs_one_device_rounds"] = paired
+            row[f"{name}_vs_one_device"] = float(np.exp(np.mean(np.log(paired))))
         print(json.dumps(row), flush=True)
     print("summary: " + "; ".join(
-        f"{r['devices']} device(s), {r['grid']:,} configurations: " + ", ".join(
+        f"{r['devices']} device(s), {r['grid']:,} configurations, {args.rounds} round(s): " + ", ".join(
             f"{name} {r[name + '_rate'] / 1e6:.1f} M/s ({r[name + '_vs_reference']:.2f}x reference, "
-            f"{r[name + '_vs_kernel']:.2f}x kernel, {r[name + '_rate'] / rows[0][name + '_rate']:.2f}x one device)"
-            for name in ("optimum", "reduce")) + f", peak {r['peak_rss_mib']:.0f} MiB" for r in rows))
+            f"{r[name + '_vs_kernel']:.2f}x kernel, {r[name + '_vs_one_device']:.2f}x one device"
+            + (f" [{min(r[name + '_vs_one_device_rounds']):.2f}-{max(r[name + '_vs_one_device_rounds']):.2f}]"
+               if r["devices"] != counts[0] else "") + ")"
+            for name in names) + f", peak {r['peak_rss_mib']:.0f} MiB" for r in rows.values()))
     return 0
 
 
