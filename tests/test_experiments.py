@@ -1,5 +1,6 @@
 """The studies in experiments/, each in --quick mode: files, table vs cube, and physics."""
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -210,3 +211,30 @@ def test_strategies_mgwfbp_never_loses_and_table_matches(study):
                                 float(sel["throughput"].sel(strategy=strategy)), abs_tol=0.51)
         assert close(row["mgwfbp vs wfbp [%]"], 100 * float(sel["gain_over_wfbp"]))
         assert close(row["mgwfbp vs bsp [%]"], 100 * float(sel["gain_over_bsp"]))
+
+
+def test_benchmark_reduce_compares_device_counts_in_alternating_pairs(monkeypatch, capsys):
+    # Each two-device rate is divided by the one-device rate of its own round
+    # (the child next to it in time), and the counts' order alternates.
+    from experiments import benchmark_reduce
+
+    calls, rates = [], {(0, 1): 10.0, (0, 2): 20.0, (1, 2): 30.0, (1, 1): 20.0, (2, 1): 40.0, (2, 2): 20.0}
+
+    def child(devices, what, *args):
+        if what == "side_by_side":
+            return {"reference_rate": 1.0, "full_cube_rate": 1.0}
+        calls.append(devices)
+        rate = rates[(sum(1 for d in calls if d == devices) - 1, devices)] * 1e6
+        return {"grid": 4, "kernel_rate": 2 * rate, "peak_rss_mib": 100.0 * devices,
+                **{f"{name}_{key}": value for name in ("optimum", "reduce")
+                   for key, value in (("rate", rate), ("vs_kernel", 0.5))}}
+
+    monkeypatch.setattr(benchmark_reduce, "child", child)
+    assert benchmark_reduce.main(["--rounds", "3", "--size-log2", "10"]) == 0
+    assert calls == [1, 2, 2, 1, 1, 2]
+    lines = capsys.readouterr().out.splitlines()
+    two = json.loads(lines[1])
+    assert two["optimum_vs_one_device_rounds"] == pytest.approx([2.0, 1.5, 0.5])
+    assert two["optimum_vs_one_device"] == pytest.approx(1.5 ** (1 / 3))
+    assert two["optimum_rate"] == pytest.approx(70e6 / 3)
+    assert "1.14x one device [0.50-2.00]" in lines[-1]
