@@ -25,6 +25,7 @@ from pathlib import Path
 from sweep import __version__
 from sweep.atomic import check_output
 from sweep.errors import SpecError
+from sweep.fit.measurements import FORMATS
 
 # `run` refuses a cube above this size (uncompressed) unless --allow-large.
 MAX_CUBE_BYTES = 64 * 2**30
@@ -179,7 +180,7 @@ def _parser() -> argparse.ArgumentParser:
                                                                  "(default 1 MiB)")
     validate.add_argument("--reference", metavar="METHOD", help="method: the method to fit (default: most rows)")
     validate.add_argument("--min-gpus", type=int, metavar="N", help="hold out only rows with >= N workers")
-    validate.add_argument("--format", choices=("csv", "nccl-tests", "nccl-tests-csv", "osu"),
+    validate.add_argument("--format", choices=FORMATS,
                           help="the data's format (default: detected from its first lines)")
     validate.add_argument("-o", "--output", metavar="OUT.csv", help="every held-out observation with its errors")
     validate.add_argument("--table", metavar="OUT.md", help="the summary table as markdown")

@@ -91,6 +91,62 @@ def test_osu_text_takes_the_processes_from_the_base(tmp_path):
     assert rows[0]["allreduce_time"] == pytest.approx(31.92e-6)
 
 
+OSU_CSV = """\
+processes,message_bytes,latency_us
+2,4,31.92
+2,1048576,1839.1
+4,4,54.5
+4,1048576,2252.0
+"""
+
+
+def test_osu_csv_places_each_process_count(tmp_path):
+    # The file in ../shared/data: one row per process count and size, one process to a node by default.
+    path = tmp_path / "osu_allreduce_latency.csv"
+    path.write_text(OSU_CSV)
+    assert detect(path) == "osu-csv"
+    rows, odd, fmt = read_measurements(path, {})
+    assert fmt == "osu-csv" and not odd
+    assert [(r["nodes"], r["gpus_per_node"], r["message_bytes"]) for r in rows] == [
+        (2, 1, 4), (2, 1, 1048576), (4, 1, 4), (4, 1, 1048576)]
+    assert [r["allreduce_time"] for r in rows] == pytest.approx([31.92e-6, 1839.1e-6, 54.5e-6, 2252.0e-6])
+    rows, _, _ = read_measurements(path, {"gpus_per_node": 2})  # two processes to a node
+    assert [(r["nodes"], r["gpus_per_node"]) for r in rows] == [(1, 2), (1, 2), (2, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("base, key", [("gpus_per_node = 4\n", "gpus_per_node = 4"),
+                                       ("gpus_per_node = [1, 2]\n", "gpus_per_node = [1, 2]")])
+def test_osu_csv_processes_that_do_not_fill_nodes_exit_2(tmp_path, cli, base, key):
+    path = tmp_path / "osu.csv"
+    path.write_text(OSU_CSV)
+    spec = tmp_path / "base.toml"
+    spec.write_text(base)
+    status, _, err = cli("calibrate", path, "--base", spec, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
+    assert status == 2 and key in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "f.toml").exists()
+
+
+def test_osu_csv_non_finite_latency_exits_2(tmp_path, cli):
+    path = tmp_path / "osu.csv"
+    path.write_text(OSU_CSV.replace("54.5", "inf"))
+    status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
+    assert status == 2 and "latency_us = 'inf'" in err and "line 4" in err
+    assert not (tmp_path / "f.toml").exists()
+
+
+@pytest.mark.skipif(not (DATA.parent / "osu_allreduce_latency.csv").exists(),
+                    reason=f"OSU latencies not available: {DATA.parent / 'osu_allreduce_latency.csv'} is absent")
+def test_osu_csv_reads_as_its_calibrate_mapping():
+    # experiments/fit_osu.py maps the file to calibrate's CSV (nodes = processes); read directly it gives the same rows.
+    path = DATA.parent / "osu_allreduce_latency.csv"
+    rows, odd, _ = read_measurements(path, {})
+    with open(path, newline="") as handle:
+        expected = [(int(r["processes"]), float(r["message_bytes"]), float(r["latency_us"]) * 1e-6)
+                    for r in csv.DictReader(handle)]
+    assert not odd and len(rows) == len(expected) == 798
+    assert [(r["nodes"], r["message_bytes"], r["allreduce_time"]) for r in rows] == expected
+
+
 def test_calibrate_and_predict_read_benchmark_output(tmp_path, cli):
     path = tmp_path / "allreduce.txt"
     path.write_text(NCCL)

@@ -17,6 +17,10 @@ people have, detected from their first lines:
   and average latency [us] per line (more columns with `-f`). OSU does not
   print the process count: the base scenario gives `nodes` and
   `gpus_per_node`.
+- OSU latencies as CSV (../shared/data/osu_allreduce_latency.csv: columns
+  `processes`, `message_bytes`, `latency_us`): `processes` per row, spread
+  `gpus_per_node` to a node (the base's, else 1: one process per node,
+  OSU's usual way to measure the network).
 
 Each becomes rows of `nodes, gpus_per_node, message_bytes, allreduce_time`.
 Anomalous rows are kept out of the fit and reported: a size whose time is
@@ -27,12 +31,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 from pathlib import Path
 
 from sweep.errors import SpecError
 
-FORMATS = ("csv", "nccl-tests", "nccl-tests-csv", "osu")
+FORMATS = ("csv", "nccl-tests", "nccl-tests-csv", "osu", "osu-csv")
 SPIKE = 1.5  # a time this many times the next larger size's is anomalous
 REDOPS = {"sum", "prod", "min", "max", "avg", "premulsum"}
 
@@ -69,14 +74,18 @@ def detect(path: str | os.PathLike) -> str:
         return "nccl-tests"
     if "time_us_oop" in first and "size_bytes" in first:
         return "nccl-tests-csv"
+    if {"processes", "message_bytes", "latency_us"} <= {c.strip() for c in first.split(",")}:
+        return "osu-csv"
     return "csv"
 
 
 def _float(token: str) -> float | None:
+    """A finite number, or None (a word, nan or inf is no measurement)."""
     try:
-        return float(token)
+        value = float(token)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
 
 
 def read_nccl_tests(path) -> tuple[list[Measurement], dict]:
@@ -136,6 +145,23 @@ def read_osu(path) -> list[Measurement]:
     return rows
 
 
+def read_osu_csv(path, per_node: int) -> list[Measurement]:
+    """OSU latencies as CSV, `per_node` processes to a node."""
+    rows = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for number, r in enumerate(csv.DictReader(handle), start=2):
+            values = {k: _float(r.get(k) or "") for k in ("processes", "message_bytes", "latency_us")}
+            for key, value in values.items():
+                if value is None or value <= 0:
+                    raise SpecError(key, r.get(key), f"{Path(path).name} line {number}: not a positive number")
+            processes, size, latency = values.values()
+            if processes != int(processes) or int(processes) % per_node:
+                raise SpecError("gpus_per_node", per_node, f"{Path(path).name} line {number}: {processes:g} "
+                                                           f"processes do not fill nodes of {per_node}")
+            rows.append(Measurement(number, int(processes) // per_node, per_node, size, latency * 1e-6))
+    return rows
+
+
 def anomalies(rows: list[Measurement]) -> list[Anomaly]:
     """Rows whose time exceeds SPIKE x the next larger size's time (per layout)."""
     out = []
@@ -154,6 +180,15 @@ def anomalies(rows: list[Measurement]) -> list[Anomaly]:
     return out
 
 
+def _per_node(base: dict) -> int:
+    """Processes to a node for OSU latencies as CSV: the base's `gpus_per_node`, else 1."""
+    value = base.get("gpus_per_node", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError("gpus_per_node", value, "must be a whole number >= 1 (processes to a node) "
+                                                "to place OSU latencies given per process count")
+    return value
+
+
 def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[dict], list[Anomaly], str]:
     """(rows as dicts of nodes, gpus_per_node, message_bytes, allreduce_time,
     anomalies left out, format) of a benchmark file."""
@@ -166,8 +201,12 @@ def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[di
             rows, layout = read_nccl_tests(path)
         elif fmt == "nccl-tests-csv":
             rows = read_nccl_tests_csv(path)
+        elif fmt == "osu-csv":
+            rows = read_osu_csv(path, _per_node(base))
         else:
             rows = read_osu(path)
+    except SpecError:
+        raise
     except (OSError, UnicodeDecodeError, KeyError, ValueError) as err:
         raise SpecError("data", str(path), f"cannot read {fmt} output ({err.__class__.__name__}: {err})")
     if not rows:
