@@ -45,7 +45,7 @@ import numpy as np
 from sweep import FitOptions, markdown_table, require_data, study_arguments, validate, write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fit_osu import DATA as OSU, osu_rows  # noqa: E402
+from fit_osu import DATA as OSU  # noqa: E402
 from validate_nccl import DATA as NCCL, INTRA_KEYS, INTRA_LINKS, MEBI, QUICK, single_node_base  # noqa: E402
 OSU_KEYS = ("inter.alpha", "inter.bandwidth", "inter.protocol_bytes", "inter.large_alpha", "inter.large_bandwidth",
             "inter.overhead")
@@ -66,10 +66,9 @@ def splits(folder: Path, quick: bool):
             (f.fold.name, [r["model_error"] for r in f.records])
             for f in validate(path, INTRA_KEYS, base, "size", options=options, cut=MEBI)]
     if not quick:
-        osu, _ = osu_rows(folder)
         yield "osu", lambda options: [
             (f"osu, {f.fold.name}", [r["model_error"] for r in f.records])
-            for f in validate(osu, OSU_KEYS, None, "nodes", options=options)]
+            for f in validate(OSU, OSU_KEYS, None, "nodes", options=options)]
 
 
 def geometric_mean(x) -> float:

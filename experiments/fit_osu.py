@@ -2,8 +2,8 @@
 
 Data: ../shared/data/osu_allreduce_latency.csv (OSU 5.4.0 MPI_Allreduce on
 2, 4 and 8 processes, 4 B to 1 MiB, from the MG-WFBP authors' repository),
-one process per node: nodes = processes, gpus_per_node = 1, so every
-all-reduce is a flat ring over the inter link. Two fits of the same rows:
+read by `calibrate` as it is with one process per node: nodes = processes,
+gpus_per_node = 1, so every all-reduce runs over the inter link. Two fits of the same rows:
 every parameter of the link model (`--fit inter`) and the plain alpha-beta
 ring (`inter.alpha`, `inter.bandwidth`); median and max relative error per
 process count.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,24 +27,10 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "osu_all
 QUICK = FitOptions(starts=4, steps=600, polish=300)
 
 
-def osu_rows(folder: Path) -> tuple[Path, list[dict]]:
-    """The latencies in calibrate's format (nodes = processes, one per node),
-    written to FOLDER/osu.csv, and the rows as read."""
+def fit(keys, output: Path | None, options: FitOptions):
+    result, _ = calibrate(DATA, keys, None, output, options, label=f"{DATA.name} (nodes = processes)")
     with open(DATA, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    data = folder / "osu.csv"
-    with open(data, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["nodes", "gpus_per_node", "message_bytes", "allreduce_time"])
-        for r in rows:
-            writer.writerow([r["processes"], 1, r["message_bytes"], float(r["latency_us"]) * 1e-6])
-    return data, rows
-
-
-def fit(keys, folder: Path, output: Path | None, options: FitOptions):
-    data, rows = osu_rows(folder)
-    result, _ = calibrate(data, keys, None, output, options, label=f"{DATA.name} (nodes = processes)")
-    processes = np.array([int(r["processes"]) for r in rows])
+        processes = np.array([int(r["processes"]) for r in csv.DictReader(handle)])
     errors = np.abs(result.predicted / result.measured - 1)
     return result, {p: errors[processes == p] for p in sorted(set(processes))}
 
@@ -55,9 +40,8 @@ def main(argv=None) -> int:
     require_data("fit_osu", DATA)
     started = time.perf_counter()
     options = QUICK if args.quick else FitOptions()
-    with tempfile.TemporaryDirectory() as folder:
-        full, by_p = fit(["inter"], Path(folder), args.out / "fit_inter.toml", options)
-        plain, by_p_plain = fit(["inter.alpha", "inter.bandwidth"], Path(folder), None, options)
+    full, by_p = fit(["inter"], args.out / "fit_inter.toml", options)
+    plain, by_p_plain = fit(["inter.alpha", "inter.bandwidth"], None, options)
     print(fit_summary(full), file=sys.stderr)
     rows = [[p, len(e), f"{100 * np.median(e):.1f} %", f"{100 * e.max():.1f} %",
              f"{100 * np.median(by_p_plain[p]):.1f} %", f"{100 * by_p_plain[p].max():.1f} %"]

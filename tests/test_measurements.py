@@ -137,7 +137,7 @@ def test_osu_csv_non_finite_latency_exits_2(tmp_path, cli):
 @pytest.mark.skipif(not (DATA.parent / "osu_allreduce_latency.csv").exists(),
                     reason=f"OSU latencies not available: {DATA.parent / 'osu_allreduce_latency.csv'} is absent")
 def test_osu_csv_reads_as_its_calibrate_mapping():
-    # experiments/fit_osu.py maps the file to calibrate's CSV (nodes = processes); read directly it gives the same rows.
+    # Read directly, the file gives the rows its mapping to calibrate's own CSV did (nodes = processes).
     path = DATA.parent / "osu_allreduce_latency.csv"
     rows, odd, _ = read_measurements(path, {})
     with open(path, newline="") as handle:
