@@ -324,3 +324,26 @@ def test_ps_bandwidth_fitted_apart_from_the_collective_one(tmp_path, cli):
     assert doc["inter"]["bandwidth"] == pytest.approx(truth_keys["inter.bandwidth"], rel=0.05)
     assert doc["ps"]["bandwidth"] == pytest.approx(truth_keys["ps.bandwidth"], rel=0.05)
     assert doc["fit"]["start"]["ps"]["bandwidth"] == pytest.approx(5.5e8)  # unset: starts at the link's
+
+
+@pytest.mark.parametrize("quantile", [0.2, None])
+def test_interval_half_width_is_the_fits_residual_quantile(tmp_path, cli, quantile):
+    # With no parameter uncertainty (covariance 0) the 90 % band is exactly the
+    # scatter term: the fit's 90 % quantile of |log residual| where FIT.toml has
+    # it, else t_dof(0.95) x the robust scale.
+    from scipy import stats
+
+    table = "fitted = [\"inter.alpha\"]\ncovariance = [[0.0]]\nresidual_scale = 0.05\ndegrees_of_freedom = 10\n"
+    if quantile is not None:
+        table += f"residual_quantile_90 = {quantile}\n"
+    fit = tmp_path / "fit.toml"
+    fit.write_text(f"gpus_per_node = 1\n[inter]\nalpha = 2e-5\nbandwidth = 1e9\n[fit]\nrows = 3\n{table}")
+    query = write_csv(tmp_path / "q.csv", ["nodes", "message_bytes"], [[4, 1e6], [2, 4096]])
+    out = tmp_path / "out.csv"
+    status, _, err = cli("predict", fit, query, "-o", out)
+    assert status == 0, err
+    want = math.exp(quantile if quantile is not None else stats.t.ppf(0.95, 10) * 0.05)
+    for row in read_csv(out):
+        predicted = float(row["predicted_allreduce_time"])
+        assert float(row["predicted_allreduce_time_high"]) / predicted == pytest.approx(want, rel=1e-9)
+        assert predicted / float(row["predicted_allreduce_time_low"]) == pytest.approx(want, rel=1e-9)

@@ -278,10 +278,9 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)
-    # The scatter predictions carry: a robust scale (1.4826 x median |log
-    # residual|, the rms for normal errors), so that one anomalous row does
-    # not widen every interval: on the 10GbE tasks the rms put every held-out
-    # row inside (coverage 100 %), this scale 93 % and 98 % (README).
+    # The scatter predictions carry (`sweep.fit.uncertainty.INTERVAL`): the
+    # 90 % quantile of |log residual|, and a robust scale (1.4826 x median
+    # |log residual|, the rms for normal errors) for other levels.
     scale = float(1.4826 * np.median(np.abs(r)) * math.sqrt(len(r) / max(1, len(r) - len(fitted))))
     if prior_mask.any():
         covariance = posterior_covariance(jac, r, np.where(prior_mask, 1.0 / prior_width ** 2, 0.0), switch_index)
