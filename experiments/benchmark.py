@@ -128,7 +128,19 @@ def best_of(fn, repeats: int, budget_s: float = float("inf")) -> float:
 
 
 def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory [MiB] since it started its
+    program: Linux's VmHWM. Not `ru_maxrss`, which a child started by
+    subprocess inherits from its parent across exec (a child of a 1.5 GB
+    process reads at least 1.5 GB)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def lowering(spec):
@@ -221,7 +233,9 @@ def sampled_memory(n: int = 10**8) -> dict:
     measured in a child process (so nothing else counts)."""
 
     code = f"""
-import resource, time, sweep, tempfile, os
+import sys; sys.path[:0] = [{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}]
+import time, sweep, tempfile, os
+from experiments.benchmark import peak_rss_mib
 spec = {{"model": "resnet50", "batch_size": 64, "gpus_per_node": 4,
         "outputs": ["iteration_time", "scaling_efficiency", "bottleneck"],
         "sample": {{"n": {n}, "seed": 1, "nodes": {{"min": 1, "max": 256, "scale": "log"}},
@@ -231,7 +245,7 @@ spec = {{"model": "resnet50", "batch_size": 64, "gpus_per_node": 4,
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
     start = time.perf_counter()
     sweep.run(spec, output=os.path.join(d, "sampled.nc"), open_result=False)
-    print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(time.perf_counter() - start, peak_rss_mib())
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     seconds, rss = map(float, done.stdout.split())

@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -45,9 +44,9 @@ import numpy as np
 import sweep
 
 try:
-    from experiments.benchmark import best_of, drawn_on_the_host, grid, reference
+    from experiments.benchmark import best_of, drawn_on_the_host, grid, peak_rss_mib, reference
 except ModuleNotFoundError:  # run as a script
-    from benchmark import best_of, drawn_on_the_host, grid, reference
+    from benchmark import best_of, drawn_on_the_host, grid, peak_rss_mib, reference
 
 SIDE_LOG2 = 22  # the reference and the full cube
 KERNEL_SECONDS = 5.0
@@ -101,7 +100,7 @@ def reduced(size_log2: int, repeats: int = 1) -> dict:
             rates[name].append(rate)
             ratios[name].append(rate / ((kernels[-2] + kernels[-1]) / 2))
     out = {"grid": kernel_spec.size, "kernel_rates": kernels, "kernel_rate": float(np.mean(kernels)),
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+           "peak_rss_mib": peak_rss_mib()}
     for name in specs:
         out.update({f"{name}_rates": rates[name], f"{name}_rate": float(np.mean(rates[name])),
                     f"{name}_vs_kernel": float(np.mean(ratios[name]))})
