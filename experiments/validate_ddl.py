@@ -98,8 +98,8 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, make_folds, markdown_table, read_base,
-                   read_rows, require_data, run_fold, study_error, write_text)
+from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds,
+                   markdown_table, read_base, read_rows, require_data, run_fold, study_error, write_text)
 from sweep.fit import optimise
 from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
@@ -389,7 +389,7 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     pick = lambda column: np.array([r[column] for r in result.records])  # noqa: E731
     return {"name": name, "test": test, "predicted": pick("predicted"), "naive": pick("naive"),
             "measured": pick("measured"), "model_error": pick("model_error"), "naive_error": pick("naive_error"),
-            "inside": pick("inside"), "fit": result.fit, "task_floor": floor,
+            "inside": pick("inside"), "low": pick("low"), "high": pick("high"), "fit": result.fit, "task_floor": floor,
             "ps_bandwidth": ps_rate}
 
 
@@ -429,9 +429,9 @@ def table(tasks: list[dict]) -> str:
         m, n, fit = t["model_error"], t["naive_error"], t["fit"]
         summary_rows.append([labels[t["name"]], len(m), pct(fit.median_relative_error), pct(fit.max_relative_error),
                              pct(np.median(m)), pct(m.max()), pct(np.median(n)), pct(n.max()),
-                             pct(np.mean(t["inside"]))])
+                             pct(np.mean(t["inside"])), f"{interval_score(t['measured'], t['low'], t['high']):.3f}"])
     text = markdown_table(["task", "rows", "in-sample median", "in-sample max", "model median", "model max",
-                           "naive median", "naive max", "90 % interval coverage"], summary_rows)
+                           "naive median", "naive max", "90 % interval coverage", "interval score"], summary_rows)
     for t in tasks:
         text += f"\n{labels[t['name']]}, per method (median relative error, model / naive):\n\n"
         methods = [m for m in METHODS if any(r["method"] == m for r in t["test"])]
@@ -455,11 +455,13 @@ def table(tasks: list[dict]) -> str:
 
 
 def write_predictions(path: Path, tasks: list[dict]) -> None:
-    """Every predicted row with both errors (the measurements stay in ../shared/data)."""
-    lines = [["task", "model", "method", "gpus", "predicted", "model_error", "naive_error"]]
+    """Every predicted row with its 90 % interval and both errors (the measurements stay in ../shared/data)."""
+    lines = [["task", "model", "method", "gpus", "predicted", "low", "high", "model_error", "naive_error"]]
     for t in tasks:
-        for r, p, em, en in zip(t["test"], t["predicted"], t["model_error"], t["naive_error"]):
-            lines.append([t["name"], r["dnn"], r["method"], r["gpus"], f"{p:.6g}", f"{em:.4f}", f"{en:.4f}"])
+        for r, p, lo, hi, em, en in zip(t["test"], t["predicted"], t["low"], t["high"], t["model_error"],
+                                        t["naive_error"]):
+            lines.append([t["name"], r["dnn"], r["method"], r["gpus"], f"{p:.6g}", f"{lo:.6g}", f"{hi:.6g}",
+                          f"{em:.4f}", f"{en:.4f}"])
     write_text(path, "".join(",".join(str(c) for c in line) + "\n" for line in lines))
 
 

@@ -154,3 +154,14 @@ def test_run_fold_uses_the_callers_fit(exact, monkeypatch):
     reused = validation.run_fold(rows, fold, keys, {}, EXACT, fit=given)
     assert reused.fit is given
     assert [r["predicted"] for r in reused.records] == [r["predicted"] for r in own.records]
+
+
+def test_interval_score_by_hand():
+    # Width in log space, plus 2 / (1 - level) times the log distance outside the band.
+    from sweep import interval_score
+
+    width = math.log(1.1) - math.log(0.9)
+    assert interval_score([1.0], [0.9], [1.1]) == pytest.approx(width)
+    assert interval_score([1.2], [0.9], [1.1]) == pytest.approx(width + 20 * math.log(1.2 / 1.1))
+    assert interval_score([0.5], [0.9], [1.1], level=0.5) == pytest.approx(width + 4 * math.log(0.9 / 0.5))
+    assert interval_score([1.0, 1.2], [0.9, 0.9], [1.1, 1.1]) == pytest.approx(width + 10 * math.log(1.2 / 1.1))

@@ -233,13 +233,24 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
 # ----------------------------------------------------------------------------- reports
 
 
+def interval_score(measured, low, high, level: float = LEVEL) -> float:
+    """Mean interval score of `level` prediction intervals in log space
+    (Gneiting and Raftery 2007, eq. 43): the band's width plus 2 / (1 - level)
+    times the distance by which a measurement falls outside it. Lower is
+    better; it rewards narrow bands that still hold."""
+    y, lo, hi = (np.log(np.asarray(x, np.float64)) for x in (measured, low, high))
+    miss = np.maximum(lo - y, 0.0) + np.maximum(y - hi, 0.0)
+    return float(np.mean(hi - lo + 2.0 / (1.0 - level) * miss))
+
+
 def pct(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{100 * x:.1f} %"
 
 
 def summary_rows(results: list[FoldResult]) -> list[list]:
     """Per fold and for all held-out observations together: rows, in-sample
-    median and max, model and naive median and max, interval coverage."""
+    median and max, model and naive median and max, interval coverage and
+    interval score (`interval_score`)."""
     out = []
     pooled = [r for f in results for r in f.records]
     for name, fit, records in [(f.fold.name, f.fit, f.records) for f in results] + [("all folds", None, pooled)]:
@@ -248,16 +259,19 @@ def summary_rows(results: list[FoldResult]) -> list[list]:
         m = np.array([r["model_error"] for r in records])
         n = np.array([r["naive_error"] for r in records])
         inside = np.mean([r["inside"] for r in records])
+        banded = [r for r in records if r["low"] is not None and np.isfinite(r["low"])]
+        score = interval_score(*zip(*[(r["measured"], r["low"], r["high"]) for r in banded])) if banded else np.nan
         fits = [f.fit for f in results] if fit is None else [fit]
         ins_med = np.median([x.median_relative_error for x in fits])
         ins_max = max(x.max_relative_error for x in fits)
         out.append([name, len(records), pct(ins_med), pct(ins_max), pct(np.median(m)), pct(m.max()),
-                    pct(np.nanmedian(n)), pct(np.nanmax(n)), pct(inside)])
+                    pct(np.nanmedian(n)), pct(np.nanmax(n)), pct(inside),
+                    "-" if not np.isfinite(score) else f"{score:.3f}"])
     return out
 
 
 HEADER = ["fold", "held out", "in-sample median", "in-sample max", "model median", "model max",
-          "naive median", "naive max", f"{int(100 * LEVEL)} % interval coverage"]
+          "naive median", "naive max", f"{int(100 * LEVEL)} % interval coverage", "interval score"]
 
 
 RECORD_COLUMNS = ("fold", "line", "method", "workers", "message_bytes", "target", "measured", "predicted",
