@@ -3,10 +3,10 @@
 Data: ../shared/data/osu_allreduce_latency.csv (OSU 5.4.0 MPI_Allreduce on
 2, 4 and 8 processes, 4 B to 1 MiB, from the MG-WFBP authors' repository),
 read by `calibrate` as it is with one process per node: nodes = processes,
-gpus_per_node = 1, so every all-reduce runs over the inter link. Two fits of the same rows:
-every parameter of the link model (`--fit inter`) and the plain alpha-beta
-ring (`inter.alpha`, `inter.bandwidth`); median and max relative error per
-process count.
+gpus_per_node = 1, so every all-reduce runs over the inter link. Two fits of
+the same rows: every parameter of the link model (`--fit inter`) and the
+plain alpha-beta ring (`inter.alpha`, `inter.bandwidth`); median and max
+relative error per process count.
 
     python experiments/fit_osu.py [--quick] [--out DIR]
 
