@@ -30,11 +30,15 @@ Tasks, through `sweep.validate` (the code of `ssgd-sweep validate`):
 
     python experiments/validate_nccl.py [--quick] [--out DIR]
 
-Writes table.md and records.csv (every held-out size).
+Writes table.md and records.csv (every held-out size of every table and
+variant: its prediction, interval and both errors; the measured times stay
+in ../shared/data).
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import sys
 import tempfile
 import time
@@ -42,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import (FitOptions, calibrate, catalog, markdown_table, read_measurements, records_csv, study_arguments,
+from sweep import (FitOptions, calibrate, catalog, markdown_table, read_measurements, study_arguments,
                    validate, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
@@ -182,25 +186,29 @@ def main(argv=None) -> int:
                 continue
             results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, "multi-node", results, "line rate assumed" if assumed else ""))
-            records.append(records_csv(results))
+            records += held_out(name, "multi-node", results)
             # physics first: the bandwidth at the line rate, only the latency fitted
             physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, "multi-node, alpha only", physics, "bandwidth = line rate"))
+            records += held_out(name, "multi-node, alpha only", physics)
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate, the two hop latencies fitted
             protocols = run(path, NCCL_KEYS, nccl_base(rate, NCCL_INTRA[name]), "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, "multi-node, nccl protocols", protocols, "bandwidth = line rate"))
+            records += held_out(name, "multi-node, nccl protocols", protocols)
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"
             base = single_node_base(name, link)
             results = run(path, INTRA_KEYS, base, "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, f"single node ({link})", results, ""))
-            records.append(records_csv(results))
+            records += held_out(name, f"single node ({link})", results)
             physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI)
             size_rows.append(_row(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog"))
+            records += held_out(name, f"single node ({link}), alpha only", physics)
             protocols = run(path, ("intra.alpha",), nccl_base(None, link, name), "size", options, folder,
                             cut=MEBI)
             size_rows.append(_row(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog"))
+            records += held_out(name, f"single node ({link}), nccl protocols", protocols)
             (folder / "whole.toml").write_text(base)
             # In sample the question is what the link model can describe, not
             # what it predicts: the priors weigh as little as before the default
@@ -233,11 +241,22 @@ def main(argv=None) -> int:
                             "nccl protocols: median", "max", "left out as anomalous"], fit_rows)
     text += "\n(c) across rank counts\n\n" + markdown_table(head, rank_rows)
     write_text(args.out / "table.md", text)
-    write_text(args.out / "records.csv", "".join(r if i == 0 else r.split("\n", 1)[1]
-                                                 for i, r in enumerate(records)))
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows([HELD_OUT, *records])
+    write_text(args.out / "records.csv", text.getvalue())
     print(text)
     print(f"validate_nccl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+HELD_OUT = ("table", "kind", "message_bytes", "predicted", "low", "high", "model_error", "naive_error", "inside")
+
+
+def held_out(name: str, kind: str, results) -> list[list[str]]:
+    """records.csv's lines of one table and variant (`HELD_OUT`)."""
+    return [[name, kind, f"{r['message_bytes']:.0f}",
+             *(f"{r[c]:.6g}" for c in ("predicted", "low", "high", "model_error", "naive_error")), str(r["inside"])]
+            for f in results for r in f.records]
 
 
 def _row(name, kind, results, note):

@@ -5,6 +5,7 @@ import csv
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sweep.fit.measurements import detect, read_measurements
@@ -200,6 +201,14 @@ def test_validate_nccl_quick_run(tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "aws_p5_2x8_efa" in table and "(c) across rank counts" in table and "alpha only" in table
     assert "nccl protocols, slowest edge's line rate" in table
+    # records.csv: every held-out size of every table and variant, the measured times left out
+    with open(tmp_path / "records.csv", newline="") as handle:
+        records = list(csv.DictReader(handle))
+    assert tuple(records[0]) == module.HELD_OUT and "measured" not in records[0]
+    kind = "multi-node, nccl protocols"
+    errors = [float(r["model_error"]) for r in records if r["table"] == "aws_p5_2x8_efa" and r["kind"] == kind]
+    cells = next(line for line in table.splitlines() if line.startswith(f"| aws_p5_2x8_efa | {kind} |")).split("|")
+    assert int(cells[3]) == len(errors) and cells[6].strip() == f"{100 * np.median(errors):.1f} %"
 
 
 def test_validate_takes_a_format(tmp_path, cli):
