@@ -72,8 +72,12 @@ single-gpu rows give each model's measured throughput); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs, pcie3 and 10gbe
 links, `BASE`), e.g. another GPU and network for another cluster; the
 mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
-does not set it, and NCCL's LL hop latency as `intra.alpha` to any base
-that does not set the intra link's latency (`mapped_base`). The folds
+does not set it, NCCL's LL hop latency as `intra.alpha` to any base
+that does not set the intra link's latency, and, where the file's
+`network` says TCP (or IPoIB), the base's fabric as used through TCP
+(`through_tcp`: `100gbe` -> `100gbe-tcp`, the socket stack's latency)
+unless the base sets the inter link's latency (`mapped_base`); a file holds
+one network. The folds
 run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
@@ -212,6 +216,10 @@ def load(path: Path) -> tuple[list[dict], dict[str, float]]:
                         f"{path}, line {line}: one of {', '.join(METHODS)} or single-gpu")
     single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
     rows = [r for r in records if r["method"] != "single-gpu"]
+    networks = sorted({r.get("network") or "" for r in rows})
+    if len(networks) != 1:
+        study_error("validate_ddl", "network", ", ".join(networks) or "(no rows)",
+                    f"{path}: one network per file (the base's links are every row's)")
     for r in rows:
         if r["dnn"] not in single:
             study_error("validate_ddl", "dnn", r["dnn"],
@@ -330,7 +338,7 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, links, base: di
     return out, Fold(fold.name, train, fold.test), floor
 
 
-def mapped_base(base_text: str, path: Path) -> dict:
+def mapped_base(base_text: str, path: Path, network: str = "") -> dict:
     """The fixed keys under every row: the base's, NCCL's tree latency
     growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
     itself, and, unless it sets the intra link's latency, that link's hop
@@ -340,12 +348,35 @@ def mapped_base(base_text: str, path: Path) -> dict:
     point-to-point message latency; as the intra link's start and prior
     centre NCCL's figure extrapolates better (README: tried and kept).
     Both belong to the mapping of the all-to-all methods, not to one
-    network, so a `--base` for another cluster gets them too."""
+    network, so a `--base` for another cluster gets them too. And where
+    the data's `network` says TCP, the inter link as used through TCP
+    (`through_tcp`)."""
     path.write_text(base_text)
-    base = read_base(path)
+    base = through_tcp(read_base(path), network)
     base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
     base.setdefault("intra.alpha", catalog.nccl_ll_hop(base.get("intra.name", KEYS["intra.name"].default)))
     return base
+
+
+def says_tcp(network: str) -> bool:
+    """Whether a `network` label names a TCP transport ("10gbe-tcp", "100Gb IPoIB")."""
+    return bool({"tcp", "ipoib"} & set(re.split(r"[^a-z0-9]+", network.lower())))
+
+
+def through_tcp(base: dict, network: str) -> dict:
+    """`base` with its inter link's TCP entry (`<name>-tcp`: the same wire,
+    the socket stack's latency, `catalog.TCP_LATENCY`) when the data's
+    `network` says TCP and the base neither sets the link's latency nor
+    names a link that is TCP already (10gbe, or one without such an
+    entry). The latency is the fit's start and prior centre: around an
+    RDMA fabric's 3 us, a TCP stack's latency per step extrapolates
+    wrongly (README: synthetic fabrics)."""
+    name = base.get("inter.name", KEYS["inter.name"].default)
+    if not says_tcp(network) or "inter.alpha" in base or f"{name}-tcp" not in catalog.LINKS:
+        return base
+    print(f"validate_ddl: network {network!r} is TCP: inter link {name}-tcp (the socket stack's latency)",
+          file=sys.stderr)
+    return {**base, "inter.name": f"{name}-tcp"}
 
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
@@ -356,7 +387,7 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     The mapped rows live in a temporary folder: no copy of the data stays."""
     with tempfile.TemporaryDirectory() as folder:
         data = write_rows(Path(folder) / "rows.csv", records, single, measured=True, priority=priority)
-        base = mapped_base(base_text, Path(folder) / "base.toml")
+        base = mapped_base(base_text, Path(folder) / "base.toml", records[0]["network"])
         _, rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
         wfbp_rows = rows
         if priority and floored:

@@ -73,6 +73,21 @@ def test_link_override_keeps_catalog_latency(cli, write_spec):
     assert comm["duration"] == pytest.approx(2 * alpha + comm["bytes"] / 5e9, rel=1e-12)
 
 
+def test_tcp_links_keep_the_wire_and_take_the_socket_latency(cli, write_spec):
+    """`<fabric>-tcp`: the fabric's bandwidth and line rate, TCP's 30 us (the
+    10gbe entry's); a ring over it costs exactly that (explain's closed form)."""
+    from sweep.scenario import catalog
+    for name in catalog.TCP_FABRICS:
+        wire, tcp = catalog.LINKS[name], catalog.LINKS[f"{name}-tcp"]
+        assert (tcp.bandwidth, tcp.line_rate) == (wire.bandwidth, wire.line_rate)
+        assert tcp.alpha == catalog.TCP_LATENCY == catalog.LINKS["10gbe"].alpha >= 10 * wire.alpha
+    assert "IPoIB" in catalog.LINKS["ib-edr-tcp"].source and "IPoIB" not in catalog.LINKS["100gbe-tcp"].source
+    base = 'model = "alexnet"\nbatch_size = 16\nnodes = 2\nalgorithm = "ring"\nstrategy = "bsp"\n'
+    doc = json.loads(cli("explain", write_spec(base + 'inter = "ib-edr-tcp"\n'), "--json")[1])
+    comm = next(t for t in doc["tasks"] if t["kind"] == "comm")
+    assert comm["duration"] == pytest.approx(2 * 30e-6 + comm["bytes"] / 12.5e9, rel=1e-6)
+
+
 def test_outputs_selects_variables(tmp_path):
     import sweep
     cube = sweep.run({"model": "alexnet", "batch_size": 16, "nodes": [1, 2],

@@ -183,6 +183,39 @@ def test_the_intra_link_starts_at_nccls_ll_hop_unless_the_base_sets_its_latency(
     assert vd.mapped_base('gpu = "v100"\n', tmp_path / "d.toml")["intra.alpha"] == pytest.approx(1.0e-6, rel=1e-12)
 
 
+def test_a_network_used_through_tcp_takes_the_fabrics_tcp_link(tmp_path, capsys):
+    """Where the data's network says TCP, the base's fabric becomes its
+    `-tcp` entry (the socket stack's 30 us as the latency's start and prior
+    centre); not where the base sets the latency itself, names a link that
+    is TCP already (10gbe) or the network is RDMA."""
+    vd = module()
+    assert vd.says_tcp("100gbe-tcp") and vd.says_tcp("100Gb IPoIB") and vd.says_tcp("10gbe-tcp")
+    assert not vd.says_tcp("100gb-rdma") and not vd.says_tcp("tcpx")
+    fabric = 'gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "ib-edr"\n'
+    tcp = vd.mapped_base(fabric, tmp_path / "a.toml", "100gb-ib-tcp")
+    assert tcp["inter.name"] == "ib-edr-tcp" and "inter.alpha" not in tcp
+    assert "ib-edr-tcp" in capsys.readouterr().err
+    assert vd.mapped_base(fabric, tmp_path / "b.toml", "100gb-ib-rdma")["inter.name"] == "ib-edr"
+    own = vd.mapped_base('[inter]\nname = "ib-edr"\nalpha = 5e-6\n', tmp_path / "c.toml", "ib-tcp")
+    assert own["inter.name"] == "ib-edr" and own["inter.alpha"] == 5e-6
+    assert vd.mapped_base(vd.BASE, tmp_path / "d.toml", "10gbe-tcp")["inter.name"] == "10gbe"
+    assert vd.mapped_base("", tmp_path / "e.toml", "10gbe-tcp").get("inter.name", "10gbe") == "10gbe"
+
+
+def test_one_network_per_data_file(tmp_path, capsys):
+    vd = module()
+    path = tmp_path / "two.csv"
+    path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput,throughput_std\n"
+                    "resnet50,64,,x,single-gpu,1,1,1,253.1,\n"
+                    "resnet50,64,,100gb-rdma,WFBP-A2A,8,2,4,1900,\n"
+                    "resnet50,64,,100gb-tcp,WFBP-A2A,8,2,4,1800,\n")
+    with pytest.raises(SystemExit) as exit_:
+        vd.load(path)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "network = '100gb-rdma, 100gb-tcp'" in err and len(err.splitlines()) == 1
+
+
 def test_bert_rows_map_onto_bertforpretraining():
     """The benchmark code trains Hugging Face's BertForPreTraining: BERT rows
     name the zoo's `bert_*_pretraining`, ResNet-50 stays itself."""

@@ -83,6 +83,27 @@ LINKS: dict[str, Link] = {l.name: l for l in (
     Link("ib-ndr-8x", 1.0e-6, 400 * _G, "8 x InfiniBand NDR 400 Gb/s per node (DGX H100 compute fabric) = 400 GB/s"),
 )}
 
+# A fabric used through kernel TCP sockets (IPoIB on InfiniBand) keeps its
+# wire but pays the socket stack's latency, which does not shrink with the
+# line rate: 30 us, as the catalog's 10gbe (TCP) has it; OSU MPI_Allreduce of
+# 4 B between 2 processes over 10GbE TCP takes 31.9 us (../shared/data).
+# As a fit's start and prior centre it matters: a TCP stack fitted around an
+# RDMA latency ten times smaller extrapolates the latency per step wrongly
+# (README "Validation against measurements", synthetic fabrics).
+TCP_LATENCY = 30e-6
+TCP_FABRICS = ("100gbe", "200gbe", "400gbe", "ib-fdr", "ib-edr", "ib-hdr", "ib-ndr")
+
+
+def _through_tcp(link: Link) -> Link:
+    """`link`'s wire with the TCP socket stack's latency, named `<name>-tcp`."""
+    how = "IPoIB" if link.name.startswith("ib-") else "TCP sockets"
+    return Link(f"{link.name}-tcp", TCP_LATENCY, link.bandwidth,
+                f"{link.source.split(';')[0]}, used through {how}: the socket stack's latency, 30 us as on 10GbE",
+                link.line_rate)
+
+
+LINKS.update({f"{name}-tcp": _through_tcp(LINKS[name]) for name in TCP_FABRICS})
+
 
 def is_pcie(name: str) -> bool:
     """Whether the catalog link `name` is PCIe (NCCL's intra-node hops take

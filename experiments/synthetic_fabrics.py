@@ -1,0 +1,154 @@
+"""Known truth on a 100 Gb fabric: does the 10GbE study recover it out of sample?
+
+The 10GbE file's configurations (../shared/data/ddl_benchmarks_10gbe.csv:
+the same models, methods, GPU counts and measured single-GPU throughputs)
+are predicted by the model itself with links of known values (`TRUTHS`) on
+a 100 Gb fabric, used through RDMA or through TCP, scattered by lognormal
+noise (`SCATTER`), and then validated exactly as `validate_ddl.py` validates
+the measurements (its tasks, mapping, fit and baselines) with a base that
+names only the GPU, PCIe and the fabric's catalog link (`BASE`). The truth
+lies inside the model class: this tests identification, the priors' centres
+and the mapping's rules where communication hides behind compute, not the
+model's realism (validate_ddl.py does that, on measurements).
+
+Variants (`VARIANTS`):
+  rdma                the fabric through RDMA (truth: 4 us per step, 10 GB/s);
+                      the base's link 100gbe (RoCE's 3 us) is the prior
+  tcp, RDMA latency   the fabric through TCP sockets (truth: 30 us per step,
+                      3 GB/s, 20 us per call), the latency's prior still at
+                      RoCE's 3 us (`inter.alpha` set in the base, as the
+                      mapping had it before `validate_ddl.through_tcp`)
+  tcp                 the same rows, mapped as validate_ddl maps them now: the
+                      data say TCP, so the inter link is 100gbe-tcp (30 us)
+Every other truth value is the 10GbE fit's (intra link, overheads,
+ByteScheduler-A2A's task floor).
+
+    python experiments/synthetic_fabrics.py [--quick] [--out DIR]
+
+Writes table.md (the synthetic rows, which carry the measured single-GPU
+throughputs, are made again on every run and not kept).
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sweep import markdown_table, require_data, study_arguments, write_text
+from sweep.fit.predict import predict
+
+SCATTER = 0.02  # lognormal sigma of the synthetic measurements
+SEED = 0
+COMMON = {"intra.name": "pcie3", "intra.alpha": 1.05e-6, "intra.bandwidth": 3.95e9, "intra.overhead": 1.0e-5,
+          "inter.name": "100gbe", "inter.protocol_bytes": 255.0, "inter.alpha_exponent": 0.42}
+TRUTHS = {  # fabric -> the inter link and BytePS's push/pull as they truly are
+    "rdma": {"inter.alpha": 4e-6, "inter.bandwidth": 10e9, "inter.overhead": 1e-5, "inter.large_alpha": 4e-6,
+             "inter.large_bandwidth": 11e9, "ps.bandwidth": 9e9},
+    "tcp": {"inter.alpha": 30e-6, "inter.bandwidth": 3e9, "inter.overhead": 2e-5, "inter.large_alpha": 30e-6,
+            "inter.large_bandwidth": 3.5e9, "ps.bandwidth": 3e9},
+}
+TASK_FLOOR = 1.19e-3  # ByteScheduler-A2A's least task time (validate_ddl's fit on 10GbE)
+BASE = 'gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\nname = "100gbe"\n'
+VARIANTS = (  # (label, fabric, base)
+    ("rdma", "rdma", BASE),
+    ("tcp, RDMA latency", "tcp", BASE + "alpha = 3e-06\n"),
+    ("tcp", "tcp", BASE),
+)
+
+
+def validate_ddl():
+    spec = importlib.util.spec_from_file_location("validate_ddl", Path(__file__).with_name("validate_ddl.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def truth_toml(fabric: str) -> str:
+    """The truth as a scenario file (the keys `predict` reads under every row)."""
+    tables: dict[str, list[str]] = {}
+    for key, value in {**COMMON, **TRUTHS[fabric]}.items():
+        table, field = key.split(".")
+        tables.setdefault(table, []).append(f"{field} = {value!r}" if not isinstance(value, str)
+                                            else f'{field} = "{value}"')
+    return 'gpu = "rtx2080ti"\n' + "".join(f"[{t}]\n" + "\n".join(lines) + "\n" for t, lines in tables.items())
+
+
+def synthesize(vd, fabric: str, path: Path, scatter: float = SCATTER, seed: int = SEED) -> Path:
+    """The 10GbE file with every multi-GPU throughput replaced by the truth's
+    prediction times exp(N(0, scatter)) and its network named `100gbe-<fabric>`
+    (which also picks MG-WFBP's planner table, as validate_ddl maps it)."""
+    records, single = vd.load(vd.DATA)
+    network = f"100gbe-{fabric}"
+    records = [{**r, "network": network} for r in records]  # MG-WFBP plans with the fabric's table
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "truth.toml").write_text(truth_toml(fabric))
+        mapped = list(csv.reader(open(vd.write_rows(folder / "rows.csv", records, single, measured=False))))
+        query = folder / "query.csv"
+        with open(query, "w", newline="") as handle:  # the method column is a label, not a key
+            writer = csv.writer(handle)
+            writer.writerow(mapped[0][1:] + ["compute.task_floor"])
+            writer.writerows(r[1:] + [repr(TASK_FLOOR) if r[0] in vd.FLOORED_METHODS else ""] for r in mapped[1:])
+        header, rows = predict(folder / "truth.toml", query)
+    truth = np.array([float(r[header.index("predicted_throughput")]) for r in rows])
+    noisy = iter(truth * np.exp(np.random.default_rng(seed).normal(0.0, scatter, truth.size)))
+    with open(vd.DATA, newline="") as handle:
+        source = list(csv.DictReader(handle))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(source[0]), lineterminator="\n")
+        writer.writeheader()
+        for r in source:
+            if r["method"] != "single-gpu":
+                r = {**r, "network": network, "throughput": f"{next(noisy):.6g}", "throughput_std": ""}
+            writer.writerow(r)
+    return path
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def main(argv=None) -> int:
+    args = study_arguments("synthetic_fabrics", __doc__.splitlines()[0], argv)
+    vd = validate_ddl()
+    require_data("synthetic_fabrics", vd.DATA)
+    started = time.perf_counter()
+    options = vd.QUICK if args.quick else vd.FULL
+    rows, fits = [], []
+    for label, fabric, base in VARIANTS:
+        # The rows carry the measured single-GPU throughputs: they stay out of the repository.
+        with tempfile.TemporaryDirectory() as tmp:
+            data = synthesize(vd, fabric, Path(tmp) / f"synthetic_{fabric}.csv")
+            records, single = vd.load(data)
+            tasks = [vd.scale_out(records, single, Path(tmp), options, base, data.name),
+                     vd.cross_method(records, single, Path(tmp), options, base, data.name)]
+        for t in tasks:
+            m, n, fit = t["model_error"], t["naive_error"], t["fit"]
+            rows.append([label, t["name"].replace("_", "-"), len(m), pct(fit.median_relative_error),
+                         pct(fit.max_relative_error), pct(np.median(m)), pct(m.max()), pct(np.median(n)),
+                         pct(n.max())])
+            truth = TRUTHS[fabric]
+            fits.append([label, t["name"].replace("_", "-"),
+                         *(f"{fit.values[k]:.3g} ({truth[k]:.3g})" for k in ("inter.alpha", "inter.bandwidth",
+                                                                            "inter.overhead"))])
+        print(f"{label}: done", file=sys.stderr)
+    text = (f"Synthetic rows: the model's own predictions with known links, lognormal scatter {SCATTER:.0%}; "
+            "validated as validate_ddl.py validates the measurements\n\n")
+    text += markdown_table(["variant", "task", "held out", "in-sample median", "in-sample max", "model median",
+                            "model max", "naive median", "naive max"], rows)
+    text += "\nFitted inter link (truth in brackets)\n\n"
+    text += markdown_table(["variant", "task", "inter.alpha [s]", "inter.bandwidth [B/s]", "inter.overhead [s]"],
+                           fits)
+    write_text(args.out / "table.md", text)
+    print(text)
+    print(f"synthetic_fabrics: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
