@@ -1,5 +1,4 @@
 """The studies in experiments/, each in --quick mode: files, table vs cube, and physics."""
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -9,16 +8,9 @@ import pytest
 import xarray as xr
 
 import sweep
+from experiment_modules import load_study
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def load_study(name):
-    spec = importlib.util.spec_from_file_location(f"study_{name}", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

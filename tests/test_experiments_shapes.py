@@ -1,16 +1,14 @@
 """experiments/shapes.py on a tiny setting (alexnet, 2 nodes x 4 GPUs, 10GbE):
 identities that follow from the DAG of sweep/dag.py and the ring costs, so a
 wrong edge, cost row or output definition breaks them."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-from sweep.graph import zoo
 import xarray as xr
 
-STUDY = Path(__file__).resolve().parents[1] / "experiments" / "shapes.py"
+from experiment_modules import load_study
+from sweep.graph import zoo
+
 NODES = 2
 WORKERS = NODES * 4
 RTOL = 1e-5  # float32 kernels
@@ -18,10 +16,7 @@ RTOL = 1e-5  # float32 kernels
 
 @pytest.fixture(scope="module")
 def shapes():
-    spec = importlib.util.spec_from_file_location("study_shapes", STUDY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_study("shapes")
 
 
 @pytest.fixture(scope="module")

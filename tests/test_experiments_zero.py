@@ -1,22 +1,17 @@
 """experiments/zero_memory.py in --quick mode: files, and memory per GPU by
 stage against the ZeRO paper's closed form (same activations in every stage)."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
 
+from experiment_modules import load_study
 from sweep.graph import zoo
-
-STUDY = Path(__file__).resolve().parents[1] / "experiments" / "zero_memory.py"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("study_zero_memory", STUDY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_study("zero_memory")
     out = tmp_path_factory.mktemp("zero_memory")
     assert module.main(["--quick", "--out", str(out)]) == 0
     return module, out, xr.load_dataset(out / "zero_memory.nc", engine="h5netcdf")

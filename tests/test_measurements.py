@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiment_modules import load_study
 from sweep.fit.measurements import detect, read_measurements
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
@@ -191,12 +192,7 @@ def test_every_nccl_tests_table_reads():
 @pytest.mark.skipif(not DATA.exists(), reason=f"nccl-tests tables not available: {DATA} is absent")
 @pytest.mark.slow
 def test_validate_nccl_quick_run(tmp_path):
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("validate_nccl", root / "experiments" / "validate_nccl.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_study("validate_nccl")
     assert module.main(["--quick", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "table.md").read_text()
     assert "aws_p5_2x8_efa" in table and "(c) across rank counts" in table and "alpha only" in table

@@ -2,24 +2,17 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiment_modules import load_study
 from sweep.fit.predict import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"measured data not available: {DATA} is absent")
-
-
-def module():
-    spec = importlib.util.spec_from_file_location("synthetic_fabrics", ROOT / "experiments" / "synthetic_fabrics.py")
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
 
 
 @needs_data
@@ -28,7 +21,7 @@ def test_noise_free_rows_are_the_truth_as_validate_ddl_maps_the_file(tmp_path):
     mapping, MG-WFBP's planner table included), every synthetic row is the
     truth's prediction; single-GPU rows stay the measured ones; with scatter
     the log ratios have about the stated spread."""
-    sf = module()
+    sf = load_study("synthetic_fabrics")
     vd = sf.validate_ddl()
     clean = sf.synthesize(vd, "tcp", tmp_path / "clean.csv", scatter=0.0)
     records, single = vd.load(clean)

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiment_modules import load_study
 from sweep.scenario.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,10 +17,7 @@ needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"measured data not av
 
 
 def module():
-    spec = importlib.util.spec_from_file_location("validate_ddl", ROOT / "experiments" / "validate_ddl.py")
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
+    return load_study("validate_ddl")
 
 
 @needs_data
