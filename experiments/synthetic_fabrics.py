@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import tomli_w
 
 from sweep import markdown_table, require_data, study_arguments, write_text
 from sweep.fit.predict import predict
@@ -70,12 +71,11 @@ def validate_ddl():
 
 def truth_toml(fabric: str) -> str:
     """The truth as a scenario file (the keys `predict` reads under every row)."""
-    tables: dict[str, list[str]] = {}
+    tables: dict[str, dict] = {"gpu": {"name": "rtx2080ti"}}
     for key, value in {**COMMON, **TRUTHS[fabric]}.items():
         table, field = key.split(".")
-        tables.setdefault(table, []).append(f"{field} = {value!r}" if not isinstance(value, str)
-                                            else f'{field} = "{value}"')
-    return 'gpu = "rtx2080ti"\n' + "".join(f"[{t}]\n" + "\n".join(lines) + "\n" for t, lines in tables.items())
+        tables.setdefault(table, {})[field] = value
+    return tomli_w.dumps(tables)
 
 
 def synthesize(vd, fabric: str, path: Path, scatter: float = SCATTER, seed: int = SEED) -> Path:
