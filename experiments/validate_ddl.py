@@ -474,7 +474,7 @@ def table(tasks: list[dict]) -> str:
         text += markdown_table(["method", "rows", "model", "naive"], rows)
         fit = t["fit"]
         values = ", ".join(f"{k} = {fit.values[k]:.3g}" + (" (on its bound)" if k in fit.at_bound else "")
-                           for k in fit.keys)
+                           + (" (not identified)" if k in fit.not_identified else "") for k in fit.keys)
         if t["task_floor"] is not None:
             values += f"; {FLOOR_FIT[0]} = {t['task_floor']:.3g} (fitted to {', '.join(FLOORED_METHODS)} on one node)"
         if t["ps_bandwidth"] is not None:

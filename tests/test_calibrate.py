@@ -236,6 +236,47 @@ def test_stronger_priors_pull_towards_the_base(tmp_path, cli):
     assert got[0] > got[1] > got[2] > bandwidth / 10, got
 
 
+def test_one_start_on_the_line_rate_still_moves(tmp_path, cli):
+    """A catalog link's bandwidth is its line rate, so a fit's first start
+    sits on the upper bound; there the wire's floor (computed the other way
+    round) may win by an ulp and leave no gradient. The starts sit a hair
+    inside their bounds: one start, 3x too fast, finds the bandwidth."""
+    alpha, bandwidth = 1e-5, 1e9
+    rows = [[p, 1, m, 2 * (p - 1) * alpha + 2 * (p - 1) / p * m / bandwidth] for p in (2, 4) for m in (1e3, 1e6)]
+    data = write_csv(tmp_path / "ring.csv", ["nodes", "gpus_per_node", "message_bytes", "allreduce_time"], rows)
+    base = tmp_path / "base.toml"
+    base.write_text('algorithm = "ring"\n[inter]\nalpha = 3e-5\nbandwidth = 3e9\n')  # line rate: 3e9 too
+    out = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", data, "--base", base, "-o", out, "--starts", 1, "--prior", 0,
+                         "--fit", "inter.alpha", "--fit", "inter.bandwidth")
+    assert status == 0, err
+    doc = tomllib.loads(out.read_text())
+    assert doc["inter"]["bandwidth"] == pytest.approx(bandwidth, rel=0.05)
+    assert doc["fit"]["median_relative_error"] < 0.05 and doc["fit"]["at_bound"] == {}
+
+
+def test_keys_the_rows_cannot_tell_are_reported_as_not_identified(tmp_path, cli):
+    """Ring all-reduces between nodes with one GPU each never use the intra
+    link: its bandwidth keeps its prior (and, without priors, an infinite
+    spread), and [fit] not_identified and the summary say so; the inter
+    link's keys, which the rows pin down, are not listed."""
+    alpha, bandwidth = 1e-5, 1e9
+    rows = [[p, 1, m, 2 * (p - 1) * alpha + 2 * (p - 1) / p * m / bandwidth] for p in (2, 4) for m in (1e3, 1e6)]
+    data = write_csv(tmp_path / "ring.csv", ["nodes", "gpus_per_node", "message_bytes", "allreduce_time"], rows)
+    base = tmp_path / "base.toml"
+    base.write_text('algorithm = "ring"\n[inter]\nalpha = 3e-5\nbandwidth = 3e9\n')
+    for prior in (0.5, 0.0):
+        out = tmp_path / f"fit_{prior}.toml"
+        status, printed, err = cli("calibrate", data, "--base", base, "-o", out, "--starts", 1, "--prior", prior,
+                                   "--fit", "inter.alpha", "--fit", "inter.bandwidth", "--fit", "intra.bandwidth")
+        assert status == 0, err
+        fit = tomllib.loads(out.read_text())["fit"]
+        assert fit["not_identified"] == ["intra.bandwidth"], prior
+        assert fit["relative_uncertainty"]["inter"]["alpha"] < 0.05
+        flagged = [line for line in (printed + err).splitlines() if "not identified" in line]
+        assert len(flagged) == 1 and "intra.bandwidth" in flagged[0]
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

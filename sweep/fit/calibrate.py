@@ -44,6 +44,8 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "residual_quantile_90": result.residual_quantile,
         "degrees_of_freedom": max(1, result.observations - len(result.keys)),
         "at_bound": {},
+        # Keys whose value is their start's (base or catalog) more than the rows': optimise.PRIOR_SHARE.
+        "not_identified": list(result.not_identified),
         "excluded": list(result.excluded),
         "uncertainty": {},
         "relative_uncertainty": {},
@@ -102,7 +104,8 @@ def fit_summary(result: FitResult) -> str:
         rel = result.relative_uncertainty.get(key)
         spread = f"+- {100 * rel:.1f} %" if rel is not None else f"+- {result.uncertainty[key]:.3g}"
         bound = f"  (at {result.at_bound[key]})" if key in result.at_bound else ""
-        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}")
+        weak = "  (not identified: its start's value more than the data's)" if key in result.not_identified else ""
+        lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}{weak}")
     if result.excluded:
         lines.append(f"left out of the fit as anomalous ({len(result.excluded)}):")
         lines += [f"  {line}" for line in result.excluded]

@@ -56,6 +56,7 @@ class FitResult:
     residual_scale: float = 0.0  # s: robust scale of the log residuals (1.4826 MAD x sqrt(N / (N - k)))
     residual_quantile: float = 0.0  # 90 % quantile of |log residual|, x sqrt(N / (N - k))
     at_bound: dict = dataclasses.field(default_factory=dict)  # key -> which bound, and why
+    not_identified: tuple = ()  # keys the rows pin down less than their prior does, or not at all
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
     excluded: tuple = ()  # anomalous rows left out of the fit, one line each
 
@@ -111,6 +112,15 @@ def fit_bounds(fitted: list[str], groups: list[Group]) -> tuple[np.ndarray, np.n
     return lower, upper, why
 
 
+# A fitted key is "not identified" (`FitResult.not_identified`, FIT.toml's
+# [fit] not_identified) when its posterior keeps at least this share of its
+# prior's variance: the rows carry less of its precision than the prior does.
+PRIOR_SHARE = 0.5
+
+# How far inside its finite bounds every start sits (fit space: ln units for
+# log keys); `at_bound` reports keys within 1e-6 of a bound.
+START_MARGIN = 1e-7
+
 # Starting values of fittable keys whose unset value (0) cannot start a log-space fit:
 # a number, or the parameter whose value they take when unset.
 # A least task time starts at half a millisecond, within the range of light layers' times, where
@@ -162,7 +172,13 @@ def starting_values(fitted: list[str], groups: list[Group], options: FitOptions)
             starts[:, i] = np.log([c[j] for c in combos])
             jitter[:, i] = 0.0
     lower, upper, _ = fit_bounds(fitted, groups)
-    return np.clip(starts + jitter, lower, upper)
+    # A start exactly on a bound gets no gradient where the wire's floor ties
+    # the link's cost (a catalog link's bandwidth is its line rate, and the
+    # floor, computed the other way round, wins by an ulp): every start sits
+    # a hair inside its finite bounds, which projected Adam may return to.
+    inside_lower = np.where(np.isfinite(lower), lower + START_MARGIN, lower)
+    inside_upper = np.where(np.isfinite(upper), upper - START_MARGIN, upper)
+    return np.clip(starts + jitter, np.minimum(inside_lower, upper), np.maximum(inside_upper, lower))
 
 
 def jump_candidates(groups: list[Group]) -> dict[str, list[float]]:
@@ -290,6 +306,11 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         covariance = np.diag(np.where(np.isfinite(sigma), sigma, np.inf) ** 2)
         covariance[switch_index, switch_index] = 0.0
     sigma[switch_index] = switch_sigma
+    # Keys the rows pin down less than their prior does (the posterior keeps
+    # at least PRIOR_SHARE of the prior's variance), or, without priors, not
+    # at all: their values are the start's (base or catalog), not measured.
+    weak = np.where(prior_mask, sigma ** 2 >= PRIOR_SHARE * prior_width ** 2, ~np.isfinite(sigma))
+    not_identified = tuple(k for i, k in enumerate(fitted) if i not in switch_index and weak[i])
     theta_host = np.asarray(theta)
     at_bound = {k: f"{why[k][0]}: {why[k][1]}" for i, k in enumerate(fitted) if k in why
                 and abs(theta_host[i] - (upper[i] if why[k][0] == "upper" else lower[i])) < 1e-6}
@@ -315,6 +336,7 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         residual_scale=scale,
         residual_quantile=float(np.quantile(np.abs(r), 0.9) * math.sqrt(len(r) / max(1, len(r) - len(fitted)))),
         at_bound=at_bound,
+        not_identified=not_identified,
         line_rates=line_rates_of(groups, fitted),
     )
 
