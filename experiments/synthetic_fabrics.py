@@ -31,7 +31,6 @@ throughputs, are made again on every run and not kept).
 from __future__ import annotations
 
 import csv
-import importlib.util
 import sys
 import tempfile
 import time
@@ -42,6 +41,9 @@ import tomli_w
 
 from sweep import markdown_table, require_data, study_arguments, write_text
 from sweep.fit.predict import predict
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import validate_ddl as vd  # noqa: E402
 
 SCATTER = 0.02  # lognormal sigma of the synthetic measurements
 SEED = 0
@@ -62,13 +64,6 @@ VARIANTS = (  # (label, fabric, base)
 )
 
 
-def validate_ddl():
-    spec = importlib.util.spec_from_file_location("validate_ddl", Path(__file__).with_name("validate_ddl.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def truth_toml(fabric: str) -> str:
     """The truth as a scenario file (the keys `predict` reads under every row)."""
     tables: dict[str, dict] = {"gpu": {"name": "rtx2080ti"}}
@@ -78,24 +73,30 @@ def truth_toml(fabric: str) -> str:
     return tomli_w.dumps(tables)
 
 
-def synthesize(vd, fabric: str, path: Path, scatter: float = SCATTER, seed: int = SEED) -> Path:
-    """The 10GbE file with every multi-GPU throughput replaced by the truth's
-    prediction times exp(N(0, scatter)) and its network named `100gbe-<fabric>`
-    (which also picks MG-WFBP's planner table, as validate_ddl maps it)."""
-    records, single = vd.load(vd.DATA)
-    network = f"100gbe-{fabric}"
-    records = [{**r, "network": network} for r in records]  # MG-WFBP plans with the fabric's table
+def truth_throughputs(records: list[dict], single: dict, fabric: str) -> np.ndarray:
+    """The truth's throughput of every record, mapped as validate_ddl maps
+    them (its `network` picks MG-WFBP's planner table), ByteScheduler-A2A's
+    rows with their task floor."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "truth.toml").write_text(truth_toml(fabric))
-        mapped = list(csv.reader(open(vd.write_rows(folder / "rows.csv", records, single, measured=False))))
+        mapped = list(csv.reader(vd.write_rows(folder / "rows.csv", records, single, measured=False).read_text()
+                                 .splitlines()))
         query = folder / "query.csv"
         with open(query, "w", newline="") as handle:  # the method column is a label, not a key
             writer = csv.writer(handle)
             writer.writerow(mapped[0][1:] + ["compute.task_floor"])
             writer.writerows(r[1:] + [repr(TASK_FLOOR) if r[0] in vd.FLOORED_METHODS else ""] for r in mapped[1:])
         header, rows = predict(folder / "truth.toml", query)
-    truth = np.array([float(r[header.index("predicted_throughput")]) for r in rows])
+    return np.array([float(r[header.index("predicted_throughput")]) for r in rows])
+
+
+def synthesize(fabric: str, path: Path, scatter: float = SCATTER, seed: int = SEED) -> Path:
+    """The 10GbE file with every multi-GPU throughput replaced by the truth's
+    prediction times exp(N(0, scatter)) and its network named `100gbe-<fabric>`."""
+    records, single = vd.load(vd.DATA)
+    network = f"100gbe-{fabric}"
+    truth = truth_throughputs([{**r, "network": network} for r in records], single, fabric)
     noisy = iter(truth * np.exp(np.random.default_rng(seed).normal(0.0, scatter, truth.size)))
     with open(vd.DATA, newline="") as handle:
         source = list(csv.DictReader(handle))
@@ -115,7 +116,6 @@ def pct(x: float) -> str:
 
 def main(argv=None) -> int:
     args = study_arguments("synthetic_fabrics", __doc__.splitlines()[0], argv)
-    vd = validate_ddl()
     require_data("synthetic_fabrics", vd.DATA)
     started = time.perf_counter()
     options = vd.QUICK if args.quick else vd.FULL
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     for label, fabric, base in VARIANTS:
         # The rows carry the measured single-GPU throughputs: they stay out of the repository.
         with tempfile.TemporaryDirectory() as tmp:
-            data = synthesize(vd, fabric, Path(tmp) / f"synthetic_{fabric}.csv")
+            data = synthesize(fabric, Path(tmp) / f"synthetic_{fabric}.csv")
             records, single = vd.load(data)
             tasks = [vd.scale_out(records, single, Path(tmp), options, base, data.name),
                      vd.cross_method(records, single, Path(tmp), options, base, data.name)]

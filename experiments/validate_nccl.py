@@ -174,6 +174,12 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     options = QUICK if args.quick else FULL
     size_rows, fit_rows, records = [], [], []
+
+    def report(name, kind, results, note):
+        """One variant of one table: its row of table.md and its lines of records.csv."""
+        size_rows.append(_row(name, kind, results, note))
+        records.extend(held_out(name, kind, results))
+
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, (rate, assumed) in LINE_RATES.items():
@@ -185,30 +191,24 @@ def main(argv=None) -> int:
                                   f"skipped: {sum(m <= MEBI for m in sizes)} sizes up to 1 MiB"])
                 continue
             results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI)
-            size_rows.append(_row(name, "multi-node", results, "line rate assumed" if assumed else ""))
-            records += held_out(name, "multi-node", results)
+            report(name, "multi-node", results, "line rate assumed" if assumed else "")
             # physics first: the bandwidth at the line rate, only the latency fitted
             physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder, cut=MEBI)
-            size_rows.append(_row(name, "multi-node, alpha only", physics, "bandwidth = line rate"))
-            records += held_out(name, "multi-node, alpha only", physics)
+            report(name, "multi-node, alpha only", physics, "bandwidth = line rate")
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate, the two hop latencies fitted
             protocols = run(path, NCCL_KEYS, nccl_base(rate, NCCL_INTRA[name]), "size", options, folder, cut=MEBI)
-            size_rows.append(_row(name, "multi-node, nccl protocols", protocols, "bandwidth = line rate"))
-            records += held_out(name, "multi-node, nccl protocols", protocols)
+            report(name, "multi-node, nccl protocols", protocols, "bandwidth = line rate")
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"
             base = single_node_base(name, link)
             results = run(path, INTRA_KEYS, base, "size", options, folder, cut=MEBI)
-            size_rows.append(_row(name, f"single node ({link})", results, ""))
-            records += held_out(name, f"single node ({link})", results)
+            report(name, f"single node ({link})", results, "")
             physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI)
-            size_rows.append(_row(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog"))
-            records += held_out(name, f"single node ({link}), alpha only", physics)
+            report(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog")
             protocols = run(path, ("intra.alpha",), nccl_base(None, link, name), "size", options, folder,
                             cut=MEBI)
-            size_rows.append(_row(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog"))
-            records += held_out(name, f"single node ({link}), nccl protocols", protocols)
+            report(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog")
             (folder / "whole.toml").write_text(base)
             # In sample the question is what the link model can describe, not
             # what it predicts: the priors weigh as little as before the default
@@ -241,9 +241,9 @@ def main(argv=None) -> int:
                             "nccl protocols: median", "max", "left out as anomalous"], fit_rows)
     text += "\n(c) across rank counts\n\n" + markdown_table(head, rank_rows)
     write_text(args.out / "table.md", text)
-    text = io.StringIO()
-    csv.writer(text, lineterminator="\n").writerows([HELD_OUT, *records])
-    write_text(args.out / "records.csv", text.getvalue())
+    lines = io.StringIO()
+    csv.writer(lines, lineterminator="\n").writerows([HELD_OUT, *records])
+    write_text(args.out / "records.csv", lines.getvalue())
     print(text)
     print(f"validate_nccl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0

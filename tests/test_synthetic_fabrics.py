@@ -1,14 +1,12 @@
 """experiments/synthetic_fabrics.py: its rows are the truth's own predictions, as validate_ddl maps them."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from experiment_modules import load_study
-from sweep.fit.predict import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
@@ -22,24 +20,15 @@ def test_noise_free_rows_are_the_truth_as_validate_ddl_maps_the_file(tmp_path):
     truth's prediction; single-GPU rows stay the measured ones; with scatter
     the log ratios have about the stated spread."""
     sf = load_study("synthetic_fabrics")
-    vd = sf.validate_ddl()
-    clean = sf.synthesize(vd, "tcp", tmp_path / "clean.csv", scatter=0.0)
-    records, single = vd.load(clean)
+    vd = sf.vd
+    records, single = vd.load(sf.synthesize("tcp", tmp_path / "clean.csv", scatter=0.0))
     assert {r["network"] for r in records} == {"100gbe-tcp"}
     assert single == vd.load(vd.DATA)[1]
-    rows = list(csv.reader(open(vd.write_rows(tmp_path / "rows.csv", records, single, measured=False))))
-    with open(tmp_path / "query.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(rows[0][1:] + ["compute.task_floor"])
-        writer.writerows(r[1:] + [repr(sf.TASK_FLOOR) if r[0] == "ByteScheduler-A2A" else ""] for r in rows[1:])
-    (tmp_path / "truth.toml").write_text(sf.truth_toml("tcp"))
-    header, predicted = predict(tmp_path / "truth.toml", tmp_path / "query.csv")
-    expected = np.array([float(p[header.index("predicted_throughput")]) for p in predicted])
-    np.testing.assert_allclose([r["throughput"] for r in records], expected, rtol=1e-5)
+    np.testing.assert_allclose([r["throughput"] for r in records], sf.truth_throughputs(records, single, "tcp"),
+                               rtol=1e-5)
     # MG-WFBP planned with the fabric's (InfiniBand) table, not 10GbE's: the label matters
-    mg = [i for i, r in enumerate(records) if r["method"] == "MG-WFBP" and r["gpus"] >= 8]
-    assert all(float(rows[1 + i][rows[0].index("mgwfbp.alpha")]) == vd.MGWFBP_PLANNER["ib"][records[i]["gpus"]][0]
-               for i in mg)
-    noisy, _ = vd.load(sf.synthesize(vd, "tcp", tmp_path / "noisy.csv", scatter=0.05, seed=1))
+    mg = [r for r in records if r["method"] == "MG-WFBP" and r["gpus"] >= 8]
+    assert all(vd.scenario_keys(r, single)["mgwfbp.alpha"] == vd.MGWFBP_PLANNER["ib"][r["gpus"]][0] for r in mg)
+    noisy, _ = vd.load(sf.synthesize("tcp", tmp_path / "noisy.csv", scatter=0.05, seed=1))
     spread = np.std(np.log([n["throughput"] / c["throughput"] for n, c in zip(noisy, records)]))
     assert 0.03 < spread < 0.07
