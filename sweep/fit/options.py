@@ -22,7 +22,10 @@ class FitOptions:
     # log residual of N observations), `prior_width` their 1-sigma in ln units
     # (a factor e**w) for log-space keys and in linear units for exponents.
     # Switches have none. 0.5 was chosen on data the 10GbE study does not
-    # score (experiments/choose_prior.py: nccl-tests tables, OSU latencies).
+    # score (experiments/choose_prior.py: nccl-tests tables, OSU latencies);
+    # its rule now prefers 1 (with tail 1), but there a weakly identified key
+    # goes to a prior centre that is wrong (a TCP fabric's bandwidth at the
+    # wire's line rate: README "The strength of the priors"), so 0.5 stays.
     prior: float = 0.5
     prior_width: float = math.log(10.0)
     prior_width_linear: float = 1.0
