@@ -69,9 +69,12 @@ Two tasks, each against a naive baseline computed here:
 `--data` takes any file in the 10GbE file's format (columns dnn, batch_size,
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
 single-gpu rows give each model's measured throughput); `--base` a scenario
-of fixed keys under every row (default: rtx2080ti GPUs, pcie3 and 10gbe
-links, `BASE`), e.g. another GPU and network for another cluster; the
-mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
+of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `BASE`),
+e.g. another GPU and network for another cluster. Unless the base names
+the inter link, it is the catalog link the file's `network` names
+(`link_of_network`: "10gbe-tcp" -> 10gbe, "100GbE RoCE" -> 100gbe,
+"100Gb InfiniBand" or "IB EDR" -> ib-edr; 10gbe, with a note, where it
+names none). The mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
 does not set it, NCCL's LL hop latency as `intra.alpha` to any base
 that does not set the intra link's latency, and, where the file's
 `network` says TCP (or IPoIB), the base's fabric as used through TCP
@@ -120,7 +123,9 @@ TREE_ALPHA_EXPONENT = 0.42
 # local reduce on one node): held out, (a) 4.0 / 25.5 -> 4.0 / 18.9 % and
 # (b) 8.9 / 31.2 -> 6.6 / 40.0 % against `rhd` with TREE_ALPHA_EXPONENT (README).
 ALLREDUCE = "nccl"
-BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\nname = "10gbe"\n'
+# The 10GbE cluster's GPU and intra link; the inter link is the one the data's
+# `network` names (`link_of_network`: 10gbe for the 10GbE file).
+BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\n'
         f'alpha_exponent = {TREE_ALPHA_EXPONENT}\n')
 # The links' latency and bandwidth, plus the per-call software overhead of
 # each link: it halved the cross-method error out of sample (README
@@ -348,14 +353,57 @@ def mapped_base(base_text: str, path: Path, network: str = "") -> dict:
     point-to-point message latency; as the intra link's start and prior
     centre NCCL's figure extrapolates better (README: tried and kept).
     Both belong to the mapping of the all-to-all methods, not to one
-    network, so a `--base` for another cluster gets them too. And where
-    the data's `network` says TCP, the inter link as used through TCP
-    (`through_tcp`)."""
+    network, so a `--base` for another cluster gets them too. Unless the
+    base names the inter link, the link the data's `network` names
+    (`link_of_network`); and where it says TCP, that link as used through
+    TCP (`through_tcp`)."""
     path.write_text(base_text)
-    base = through_tcp(read_base(path), network)
+    base = through_tcp(with_network_link(read_base(path), network), network)
     base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
     base.setdefault("intra.alpha", catalog.nccl_ll_hop(base.get("intra.name", KEYS["intra.name"].default)))
     return base
+
+
+# Transport words in a `network` label, which name no wire (`through_tcp` reads TCP from them).
+TRANSPORT_WORDS = {"tcp", "ipoib", "rdma", "roce", "ip", "sockets", "verbs"}
+IB_GENERATIONS = {"fdr": "ib-fdr", "edr": "ib-edr", "hdr": "ib-hdr", "ndr": "ib-ndr"}
+IB_BY_SPEED = {56: "ib-fdr", 100: "ib-edr", 200: "ib-hdr", 400: "ib-ndr"}
+ETHERNET_BY_SPEED = {10: "10gbe", 25: "25gbe", 100: "100gbe", 200: "200gbe", 400: "400gbe"}
+
+
+def link_of_network(network: str) -> str | None:
+    """The catalog link a `network` label names, else None: a catalog name
+    once transport words are dropped ("10gbe-tcp" -> 10gbe, "100gbe rdma"
+    -> 100gbe, "IB EDR" -> ib-edr), else InfiniBand by generation or speed
+    ("100Gb InfiniBand", "100gbib" -> ib-edr), else Ethernet by speed
+    ("100GbE RoCE" -> 100gbe)."""
+    label = network.lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", label) if w and w not in TRANSPORT_WORDS]
+    name = "-".join(words)
+    if name in catalog.LINKS and not name.startswith(("pcie", "nvlink")):
+        return name
+    speed = re.search(r"(\d+)\s*g", label)
+    speed = int(speed.group(1)) if speed else None
+    generation = next((IB_GENERATIONS[w] for w in words if w in IB_GENERATIONS), None)
+    infiniband = (generation or "infiniband" in label or "ipoib" in label or "ib" in words
+                  or re.search(r"\d+\s*g(b|bit)?ib\b", label))
+    if infiniband:
+        return generation or IB_BY_SPEED.get(speed)
+    return ETHERNET_BY_SPEED.get(speed)
+
+
+def with_network_link(base: dict, network: str) -> dict:
+    """`base` with the inter link the data's `network` names, unless it
+    names one itself; the scenario default (10gbe) where the label names
+    none, with a note to name it in `--base`."""
+    if "inter.name" in base or not network:
+        return base
+    link = link_of_network(network)
+    if link is None:
+        print(f"validate_ddl: network {network!r} names no catalog link: inter link "
+              f"{KEYS['inter.name'].default} (name yours in --base)", file=sys.stderr)
+        return base
+    return {**base, "inter.name": link}
 
 
 def says_tcp(network: str) -> bool:
@@ -503,7 +551,8 @@ def arguments(argv):
                         help="output folder (default: experiments/results/validate_ddl/)")
     parser.add_argument("--data", type=Path, default=DATA, help="measurements in the 10GbE file's format")
     parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
-                                                  "10GbE cluster's GPU and links)")
+                                                  "10GbE cluster's GPU and PCIe link; the inter link the "
+                                                  "data's network names)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     return args

@@ -199,6 +199,24 @@ def test_a_network_used_through_tcp_takes_the_fabrics_tcp_link(tmp_path, capsys)
     assert vd.mapped_base("", tmp_path / "e.toml", "10gbe-tcp").get("inter.name", "10gbe") == "10gbe"
 
 
+def test_the_inter_link_is_the_one_the_network_names_unless_the_base_names_one(tmp_path, capsys):
+    """Without an inter link in the base, the data's `network` label picks
+    the catalog link (then its `-tcp` entry where the label says TCP); a
+    label that names none leaves the default (10gbe) and says so."""
+    vd = module()
+    names = {"10gbe-tcp": "10gbe", "100gbe-tcp": "100gbe", "100GbE RoCE": "100gbe", "IB EDR": "ib-edr",
+             "100Gb InfiniBand": "ib-edr", "100gbib": "ib-edr", "100Gb IPoIB": "ib-edr", "200Gb HDR IB": "ib-hdr",
+             "ib-ndr-tcp": "ib-ndr", "25GbE": "25gbe", "efa": None, "nvlink3": None, "": None}
+    assert {label: vd.link_of_network(label) for label in names} == names
+    assert vd.mapped_base(vd.BASE, tmp_path / "a.toml", "10gbe-tcp")["inter.name"] == "10gbe"
+    assert vd.mapped_base(vd.BASE, tmp_path / "b.toml", "100gb-rdma")["inter.name"] == "100gbe"
+    assert vd.mapped_base(vd.BASE, tmp_path / "c.toml", "100Gb IPoIB")["inter.name"] == "ib-edr-tcp"
+    assert vd.mapped_base('inter = "ib-edr"\n', tmp_path / "d.toml", "100gbe")["inter.name"] == "ib-edr"
+    capsys.readouterr()
+    assert "inter.name" not in vd.mapped_base(vd.BASE, tmp_path / "e.toml", "efa")
+    assert "names no catalog link" in capsys.readouterr().err
+
+
 def test_one_network_per_data_file(tmp_path, capsys):
     vd = module()
     path = tmp_path / "two.csv"
