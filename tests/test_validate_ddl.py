@@ -330,8 +330,8 @@ def test_quick_run_on_a_copy_with_another_base(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     base = tmp_path / "base.toml"
-    assert 'name = "10gbe"' in vd.BASE
-    base.write_text(vd.BASE.replace('name = "10gbe"', 'name = "25gbe"'))
+    assert "name" not in vd.BASE  # the data's network names the inter link; this base names its own
+    base.write_text(vd.BASE.replace("[inter]\n", '[inter]\nname = "25gbe"\n'))
     out = tmp_path / "out"
     assert vd.main(["--quick", "--data", str(copy), "--base", str(base), "--out", str(out)]) == 0
     doc = tomllib.loads((out / "fit_scale_out.toml").read_text())
