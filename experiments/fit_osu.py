@@ -8,7 +8,7 @@ the same rows: every parameter of the link model (`--fit inter`) and the
 plain alpha-beta ring (`inter.alpha`, `inter.bandwidth`); median and max
 relative error per process count.
 
-    python experiments/fit_osu.py [--quick] [--out DIR]
+    python experiments/fit_osu.py [--quick] [--out DIR] [--prior SIGMA] [--tail T]
 
 Writes table.md and fit_inter.toml.
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import FitOptions, calibrate, fit_summary, markdown_table, require_data, study_arguments, write_text
+from sweep import (FitOptions, calibrate, fit_summary, markdown_table, require_data, study_arguments, study_fit_options,
+                   write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "osu_allreduce_latency.csv"
 QUICK = FitOptions(starts=4, steps=600, polish=300)
@@ -36,10 +37,10 @@ def fit(keys, output: Path | None, options: FitOptions):
 
 
 def main(argv=None) -> int:
-    args = study_arguments("fit_osu", __doc__.splitlines()[0], argv)
+    args = study_arguments("fit_osu", __doc__.splitlines()[0], argv, fits=True)
     require_data("fit_osu", DATA)
     started = time.perf_counter()
-    options = QUICK if args.quick else FitOptions()
+    options = study_fit_options(args, QUICK if args.quick else FitOptions())
     full, by_p = fit(["inter"], args.out / "fit_inter.toml", options)
     plain, by_p_plain = fit(["inter.alpha", "inter.bandwidth"], None, options)
     print(fit_summary(full), file=sys.stderr)

@@ -23,7 +23,7 @@ Variants (`VARIANTS`):
 Every other truth value is the 10GbE fit's (intra link, overheads,
 ByteScheduler-A2A's task floor).
 
-    python experiments/synthetic_fabrics.py [--quick] [--out DIR]
+    python experiments/synthetic_fabrics.py [--quick] [--out DIR] [--prior SIGMA] [--tail T]
 
 Writes table.md (the synthetic rows, which carry the measured single-GPU
 throughputs, are made again on every run and not kept).
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from sweep import markdown_table, require_data, study_arguments, write_text
+from sweep import markdown_table, require_data, study_arguments, study_fit_options, write_text
 from sweep.fit.predict import predict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,10 +115,10 @@ def pct(x: float) -> str:
 
 
 def main(argv=None) -> int:
-    args = study_arguments("synthetic_fabrics", __doc__.splitlines()[0], argv)
+    args = study_arguments("synthetic_fabrics", __doc__.splitlines()[0], argv, fits=True)
     require_data("synthetic_fabrics", vd.DATA)
     started = time.perf_counter()
-    options = vd.QUICK if args.quick else vd.FULL
+    options = study_fit_options(args, vd.QUICK if args.quick else vd.FULL)
     rows, fits = [], []
     for label, fabric, base in VARIANTS:
         # The rows carry the measured single-GPU throughputs: they stay out of the repository.

@@ -64,7 +64,7 @@ Two tasks, each against a naive baseline computed here:
       once as the priority strategy (the same fit); naive: the nearest
       training row (the same model and GPUs with WFBP) scaled linearly.
 
-    python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML]
+    python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--prior SIGMA] [--tail T]
 
 `--data` takes any file in the 10GbE file's format (columns dnn, batch_size,
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
@@ -105,8 +105,9 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds,
-                   markdown_table, read_base, read_rows, require_data, run_fold, study_error, write_text)
+from sweep import (METHOD_COLUMN, Fold, FitOptions, check_fit_options, fit_document, fit_option_arguments,
+                   fit_summary, interval_score, make_folds, markdown_table, read_base, read_rows, require_data,
+                   run_fold, study_error, study_fit_options, write_text)
 from sweep.fit import optimise
 from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
@@ -553,7 +554,9 @@ def arguments(argv):
     parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
                                                   "10GbE cluster's GPU and PCIe link; the inter link the "
                                                   "data's network names)")
+    fit_option_arguments(parser)
     args = parser.parse_args(argv)
+    check_fit_options("validate_ddl", args)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
 
@@ -564,7 +567,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     records, single = load(args.data)
     base_text = args.base.read_text() if args.base else BASE
-    options = QUICK if args.quick else FULL
+    options = study_fit_options(args, QUICK if args.quick else FULL)
     tasks = [scale_out(records, single, args.out, options, base_text, args.data.name),
              cross_method(records, single, args.out, options, base_text, args.data.name),
              *(bytescheduler(records, single, args.out, options, priority, base_text, args.data.name)

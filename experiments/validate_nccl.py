@@ -28,7 +28,7 @@ Tasks, through `sweep.validate` (the code of `ssgd-sweep validate`):
       the slowest edge its ring crosses (`RANK_LINE_RATES`, from the tables'
       README), then also with NCCL's protocols (a base latency per call).
 
-    python experiments/validate_nccl.py [--quick] [--out DIR]
+    python experiments/validate_nccl.py [--quick] [--out DIR] [--prior SIGMA] [--tail T]
 
 Writes table.md and records.csv (every held-out size of every table and
 variant: its prediction, interval and both errors; the measured times stay
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep import (FitOptions, calibrate, catalog, markdown_table, read_measurements, study_arguments,
-                   validate, write_text)
+                   study_fit_options, validate, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
 MEBI = 1 << 20
@@ -170,9 +170,9 @@ def run(path: Path, keys, base_text: str, split: str, options: FitOptions, folde
 
 
 def main(argv=None) -> int:
-    args = study_arguments("validate_nccl", __doc__.splitlines()[0], argv)
+    args = study_arguments("validate_nccl", __doc__.splitlines()[0], argv, fits=True)
     started = time.perf_counter()
-    options = QUICK if args.quick else FULL
+    options = study_fit_options(args, QUICK if args.quick else FULL)
     size_rows, fit_rows, records = [], [], []
 
     def report(name, kind, results, note):

@@ -24,7 +24,7 @@ Fitting, prediction, validation:
     read_base, read_rows, read_measurements   the inputs those commands read
 
 Studies (experiments/): markdown_table, pyplot, save_figure, study_arguments,
-require_data, study_error, write_text, write_dataset.
+study_fit_options, require_data, study_error, write_text, write_dataset.
 
 The kernel alone (benchmarks): prepare_chunk(spec) -> PreparedChunk, and the
 DAG types Dag and Task that `explain --json` and the lowering describe.
@@ -64,6 +64,9 @@ _HOMES = {
     "pyplot": "sweep.report.files",
     "save_figure": "sweep.report.files",
     "study_arguments": "sweep.report.files",
+    "study_fit_options": "sweep.report.files",
+    "fit_option_arguments": "sweep.report.files",
+    "check_fit_options": "sweep.report.files",
     "require_data": "sweep.report.files",
     "study_error": "sweep.report.files",
     "write_text": "sweep.atomic",

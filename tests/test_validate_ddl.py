@@ -340,3 +340,23 @@ def test_quick_run_on_a_copy_with_another_base(tmp_path):
     cross = tomllib.loads((out / "fit_cross_method.toml").read_text())
     assert cross["inter"]["bandwidth"] < vd.PS_FILLS_WIRE * 3.125e9 and "bandwidth" not in cross.get("ps", {})
     assert "in-sample median" in (out / "table.md").read_text()
+
+
+def test_prior_and_tail_from_the_command_line(tmp_path, capsys):
+    """`--prior` and `--tail` replace those two fields of the study's options
+    and nothing else; a negative or non-finite value exits 2 with one line,
+    before the output folder exists."""
+    import dataclasses
+
+    from sweep import study_fit_options
+    vd = module()
+    given = study_fit_options(vd.arguments(["--prior", "1", "--tail", "0.5", "--out", str(tmp_path / "a")]), vd.FULL)
+    assert given == dataclasses.replace(vd.FULL, prior=1.0, tail=0.5)
+    assert study_fit_options(vd.arguments(["--quick", "--out", str(tmp_path / "b")]), vd.QUICK) == vd.QUICK
+    for flag, value in (("--prior", "-1"), ("--tail", "nan")):
+        with pytest.raises(SystemExit) as exit_:
+            vd.arguments([flag, value, "--out", str(tmp_path / "never")])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{flag[2:]} = " in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "never").exists()

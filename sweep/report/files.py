@@ -7,6 +7,8 @@ failure never leaves a half-written PNG, JSON or table behind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -61,17 +63,45 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 def study_arguments(name: str, description: str, argv: Sequence[str] | None,
-                    extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+                    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+                    fits: bool = False) -> argparse.Namespace:
     """`--quick` and `--out DIR` (default experiments/results/NAME/, created),
-    and whatever `extra` adds to the parser (a study's own flags)."""
+    whatever `extra` adds to the parser (a study's own flags), and for a study
+    that `fits`, `--prior` and `--tail` (`fit_option_arguments`)."""
     parser = argparse.ArgumentParser(prog=f"experiments/{name}.py", description=description)
     if extra is not None:
         extra(parser)
+    if fits:
+        fit_option_arguments(parser)
     parser.add_argument("--quick", action="store_true",
                         help="a small grid that runs in seconds (used by the tests)")
     default = Path(__file__).resolve().parents[2] / "experiments" / "results" / name
     parser.add_argument("--out", type=Path, default=default,
                         help=f"output folder (default: experiments/results/{name}/)")
     args = parser.parse_args(argv)
+    if fits:
+        check_fit_options(name, args)
     args.out.mkdir(parents=True, exist_ok=True)
     return args
+
+
+def fit_option_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--prior` and `--tail`: a study's fits with other priors or tail weight
+    than `FitOptions`' defaults (README "The strength of the priors")."""
+    parser.add_argument("--prior", type=float, metavar="SIGMA",
+                        help="the fits' prior strength (default: FitOptions')")
+    parser.add_argument("--tail", type=float, help="the fits' weight on the largest errors (default: FitOptions')")
+
+
+def check_fit_options(study: str, args: argparse.Namespace) -> None:
+    """Exit 2 with one line where `--prior` or `--tail` is negative or not finite."""
+    for key in ("prior", "tail"):
+        value = getattr(args, key)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            study_error(study, key, value, "must be a finite number >= 0")
+
+
+def study_fit_options(args: argparse.Namespace, options):
+    """`options` (a FitOptions) with the `--prior` and `--tail` given."""
+    given = {key: getattr(args, key) for key in ("prior", "tail") if getattr(args, key, None) is not None}
+    return dataclasses.replace(options, **given)
