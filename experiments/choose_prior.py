@@ -65,12 +65,12 @@ FIELDS = {"prior": ("prior",), "tail": ("tail",), "joint": ("prior", "tail")}
 
 
 def settings(knob: str, value) -> dict:
-    """The FitOptions fields one grid value sets."""
-    return dict(zip(FIELDS[knob], value if knob == "joint" else (value,)))
+    """The FitOptions fields one grid value sets (a joint value is a tuple)."""
+    return dict(zip(FIELDS[knob], value if isinstance(value, tuple) else (value,)))
 
 
-def label(value) -> str:
-    return " / ".join(f"{v:g}" for v in (value if isinstance(value, tuple) else (value,)))
+def label(knob: str, value) -> str:
+    return " / ".join(f"{v:g}" for v in settings(knob, value).values())
 
 
 def splits(folder: Path, quick: bool):
@@ -119,12 +119,12 @@ def main(argv=None) -> int:
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     head = [LABELS[knob], "geometric mean of held-out medians", "geometric mean of maxima",
             *names]
-    rows = [[label(p) + (" (chosen)" if p == best else ""), pct(score[p]),
+    rows = [[label(knob, p) + (" (chosen)" if p == best else ""), pct(score[p]),
              pct(geometric_mean([maxima[p][n] for n in names])),
              *(f"{pct(medians[p][n])} / {pct(maxima[p][n])}" for n in names)] for p in values]
     text = (f"Held-out median / max relative error per split ({len(names)} splits, "
-            f"{'quick' if args.quick else 'full'} optimiser settings); chosen: {LABELS[knob].split(' (')[0]} = "
-            f"{label(best)}\n\n")
+            f"{'quick' if args.quick else 'full'} optimiser settings); chosen: {' / '.join(FIELDS[knob])} = "
+            f"{label(knob, best)}\n\n")
     text += markdown_table(head, rows)
     write_text(args.out / f"table{suffix}.md", text)
     lines = [f"{','.join(FIELDS[knob])},split,median,max\n"] + [

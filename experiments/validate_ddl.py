@@ -91,7 +91,6 @@ FIT.toml files.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import functools
@@ -105,9 +104,9 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from sweep import (METHOD_COLUMN, Fold, FitOptions, check_fit_options, fit_document, fit_option_arguments,
-                   fit_summary, interval_score, make_folds, markdown_table, read_base, read_rows, require_data,
-                   run_fold, study_error, study_fit_options, write_text)
+from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds,
+                   markdown_table, read_base, read_rows, require_data, run_fold, study_arguments, study_error,
+                   study_fit_options, write_text)
 from sweep.fit import optimise
 from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
@@ -379,7 +378,7 @@ def link_of_network(network: str) -> str | None:
     ("100Gb InfiniBand", "100gbib" -> ib-edr), else Ethernet by speed
     ("100GbE RoCE" -> 100gbe)."""
     label = network.lower()
-    words = [w for w in re.split(r"[^a-z0-9]+", label) if w and w not in TRANSPORT_WORDS]
+    words = [w for w in label_words(network) if w not in TRANSPORT_WORDS]
     name = "-".join(words)
     if name in catalog.LINKS and not name.startswith(("pcie", "nvlink")):
         return name
@@ -407,9 +406,14 @@ def with_network_link(base: dict, network: str) -> dict:
     return {**base, "inter.name": link}
 
 
+def label_words(network: str) -> list[str]:
+    """A `network` label's words, lower case ("100Gb IPoIB" -> 100gb, ipoib)."""
+    return [w for w in re.split(r"[^a-z0-9]+", network.lower()) if w]
+
+
 def says_tcp(network: str) -> bool:
     """Whether a `network` label names a TCP transport ("10gbe-tcp", "100Gb IPoIB")."""
-    return bool({"tcp", "ipoib"} & set(re.split(r"[^a-z0-9]+", network.lower())))
+    return bool({"tcp", "ipoib"} & set(label_words(network)))
 
 
 def through_tcp(base: dict, network: str) -> dict:
@@ -546,19 +550,13 @@ def write_predictions(path: Path, tasks: list[dict]) -> None:
 
 
 def arguments(argv):
-    parser = argparse.ArgumentParser(prog="experiments/validate_ddl.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer optimiser steps (used by the tests)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "validate_ddl",
-                        help="output folder (default: experiments/results/validate_ddl/)")
-    parser.add_argument("--data", type=Path, default=DATA, help="measurements in the 10GbE file's format")
-    parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
-                                                  "10GbE cluster's GPU and PCIe link; the inter link the "
-                                                  "data's network names)")
-    fit_option_arguments(parser)
-    args = parser.parse_args(argv)
-    check_fit_options("validate_ddl", args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    return args
+    """`study_arguments` (`--quick`, `--out`, `--prior`, `--tail`) with `--data` and `--base`."""
+    def data_and_base(parser):
+        parser.add_argument("--data", type=Path, default=DATA, help="measurements in the 10GbE file's format")
+        parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
+                                                      "10GbE cluster's GPU and PCIe link; the inter link the "
+                                                      "data's network names)")
+    return study_arguments("validate_ddl", __doc__.splitlines()[0], argv, extra=data_and_base, fits=True)
 
 
 def main(argv=None) -> int:

@@ -65,8 +65,6 @@ _HOMES = {
     "save_figure": "sweep.report.files",
     "study_arguments": "sweep.report.files",
     "study_fit_options": "sweep.report.files",
-    "fit_option_arguments": "sweep.report.files",
-    "check_fit_options": "sweep.report.files",
     "require_data": "sweep.report.files",
     "study_error": "sweep.report.files",
     "write_text": "sweep.atomic",
