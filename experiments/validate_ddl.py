@@ -64,11 +64,14 @@ Two tasks, each against a naive baseline computed here:
       once as the priority strategy (the same fit); naive: the nearest
       training row (the same model and GPUs with WFBP) scaled linearly.
 
-    python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--prior SIGMA] [--tail T]
+    python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--single CSV]
+                                       [--prior SIGMA] [--tail T]
 
 `--data` takes any file in the 10GbE file's format (columns dnn, batch_size,
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
-single-gpu rows give each model's measured throughput); `--base` a scenario
+single-gpu rows give each model's measured throughput; `--single` takes
+them from another file of the same GPUs, e.g. the 10GbE file, for models
+the data has none of); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `BASE`),
 e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
@@ -205,9 +208,38 @@ FULL = FitOptions()
 QUICK = FitOptions(starts=2, steps=300, polish=100)
 
 
-def load(path: Path) -> tuple[list[dict], dict[str, float]]:
-    """(multi-GPU records, single-GPU throughput per model) from the CSV; a
+def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[str, float]]:
+    """(multi-GPU records, single-GPU throughput per model) from the CSV,
+    with the single-GPU rows of `single_path` (`--single`: another file of
+    the same GPUs; one GPU uses no network) for models `path` has none of; a
     bad cell exits 2 with one line naming its column, value and line."""
+    records = read_records(path)
+    single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
+    rows = [r for r in records if r["method"] != "single-gpu"]
+    networks = sorted({r.get("network") or "" for r in rows})
+    if len(networks) != 1:
+        study_error("validate_ddl", "network", ", ".join(networks) or "(no rows)",
+                    f"{path}: one network per file (the base's links are every row's)")
+    if single_path is not None:
+        batches = {(r["dnn"], r["batch_size"], r["seq_len"]) for r in rows}
+        for r in read_records(single_path):
+            if r["method"] != "single-gpu" or r["dnn"] in single or not any(b[0] == r["dnn"] for b in batches):
+                continue
+            if (r["dnn"], r["batch_size"], r["seq_len"]) not in batches:
+                study_error("validate_ddl", "batch_size", r["batch_size"],
+                            f"{single_path}: {r['dnn']}'s single-gpu row is not at the batch size and "
+                            f"sequence length of {path}'s rows")
+            single[r["dnn"]] = r["throughput"]
+    for r in rows:
+        if r["dnn"] not in single:
+            study_error("validate_ddl", "dnn", r["dnn"],
+                        f"{path}: has no single-gpu row to give its measured throughput "
+                        f"(--single FILE takes it from another file of the same GPUs)")
+    return rows, single
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every row of a file in the 10GbE file's format, its numbers parsed."""
     with open(path, newline="") as handle:
         records = list(csv.DictReader(line for line in handle if not line.startswith("#")))
     for line, r in enumerate(records, start=2):
@@ -219,17 +251,7 @@ def load(path: Path) -> tuple[list[dict], dict[str, float]]:
         if r.get("method") not in (*METHODS, "single-gpu"):
             study_error("validate_ddl", "method", r.get("method"),
                         f"{path}, line {line}: one of {', '.join(METHODS)} or single-gpu")
-    single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
-    rows = [r for r in records if r["method"] != "single-gpu"]
-    networks = sorted({r.get("network") or "" for r in rows})
-    if len(networks) != 1:
-        study_error("validate_ddl", "network", ", ".join(networks) or "(no rows)",
-                    f"{path}: one network per file (the base's links are every row's)")
-    for r in rows:
-        if r["dnn"] not in single:
-            study_error("validate_ddl", "dnn", r["dnn"],
-                        f"{path}: has no single-gpu row to give its measured throughput")
-    return rows, single
+    return records
 
 
 def scenario_keys(record: dict, single: dict[str, float], priority: bool = True) -> dict:
@@ -257,7 +279,7 @@ def mgwfbp_planner(network: str, workers: int) -> tuple[float, float]:
     its 10GbE table when the network's name says 10GbE, else (the faster
     fabric) its InfiniBand table; a count the table lacks takes the nearest
     one (in log)."""
-    table = MGWFBP_PLANNER["10gbe" if "10gbe" in re.sub(r"[^a-z0-9]", "", network.lower()) else "ib"]
+    table = MGWFBP_PLANNER["10gbe" if link_of_network(network) == "10gbe" else "ib"]
     nearest = min(table, key=lambda p: abs(math.log(p / workers)))
     return table[nearest]
 
@@ -382,10 +404,9 @@ def link_of_network(network: str) -> str | None:
     name = "-".join(words)
     if name in catalog.LINKS and not name.startswith(("pcie", "nvlink")):
         return name
-    speed = re.search(r"(\d+)\s*g", label)
-    speed = int(speed.group(1)) if speed else None
+    speed = label_speed(network)
     generation = next((IB_GENERATIONS[w] for w in words if w in IB_GENERATIONS), None)
-    infiniband = (generation or "infiniband" in label or "ipoib" in label or "ib" in words
+    infiniband = (generation or "infiniband" in label or "ipoib" in label or "ib" in label_tokens(network)
                   or re.search(r"\d+\s*g(b|bit)?ib\b", label))
     if infiniband:
         return generation or IB_BY_SPEED.get(speed)
@@ -404,6 +425,24 @@ def with_network_link(base: dict, network: str) -> dict:
               f"{KEYS['inter.name'].default} (name yours in --base)", file=sys.stderr)
         return base
     return {**base, "inter.name": link}
+
+
+def label_tokens(network: str) -> list[str]:
+    """A `network` label's runs of digits and of letters ("ib100-tcp" -> ib, 100, tcp)."""
+    return re.findall(r"\d+|[a-z]+", network.lower())
+
+
+def label_speed(network: str) -> int | None:
+    """The link speed in Gb/s a `network` label states: a number before a
+    unit that starts with g ("100Gb", "2x100gbps" -> 100), else a number
+    that stands alone or before a transport word ("ib100", "ib-100-tcp" ->
+    100), else None."""
+    tokens = label_tokens(network)
+    numbers = [(int(t), tokens[i + 1] if i + 1 < len(tokens) else "") for i, t in enumerate(tokens) if t.isdigit()]
+    for value, after in numbers:
+        if after.startswith("g"):
+            return value
+    return next((value for value, after in numbers if after in ("", "ib", *TRANSPORT_WORDS)), None)
 
 
 def label_words(network: str) -> list[str]:
@@ -556,14 +595,18 @@ def arguments(argv):
         parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
                                                       "10GbE cluster's GPU and PCIe link; the inter link the "
                                                       "data's network names)")
+        parser.add_argument("--single", type=Path, help="single-gpu rows for models the data has none of, "
+                                                        "from another file of the same GPUs")
     return study_arguments("validate_ddl", __doc__.splitlines()[0], argv, extra=data_and_base, fits=True)
 
 
 def main(argv=None) -> int:
     args = arguments(argv)
     require_data("validate_ddl", args.data)
+    if args.single is not None and not args.single.is_file():
+        study_error("validate_ddl", "single", str(args.single), "not found")
     started = time.perf_counter()
-    records, single = load(args.data)
+    records, single = load(args.data, args.single)
     base_text = args.base.read_text() if args.base else BASE
     options = study_fit_options(args, QUICK if args.quick else FULL)
     tasks = [scale_out(records, single, args.out, options, base_text, args.data.name),

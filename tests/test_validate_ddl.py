@@ -206,7 +206,8 @@ def test_the_inter_link_is_the_one_the_network_names_unless_the_base_names_one(t
     vd = module()
     names = {"10gbe-tcp": "10gbe", "100gbe-tcp": "100gbe", "100GbE RoCE": "100gbe", "IB EDR": "ib-edr",
              "100Gb InfiniBand": "ib-edr", "100gbib": "ib-edr", "100Gb IPoIB": "ib-edr", "200Gb HDR IB": "ib-hdr",
-             "ib-ndr-tcp": "ib-ndr", "25GbE": "25gbe", "efa": None, "nvlink3": None, "": None}
+             "ib-ndr-tcp": "ib-ndr", "25GbE": "25gbe", "ib100": "ib-edr", "IB-100-tcp": "ib-edr",
+             "2x100Gbps IB": "ib-edr", "10Gb Ethernet": "10gbe", "efa": None, "nvlink3": None, "": None}
     assert {label: vd.link_of_network(label) for label in names} == names
     assert vd.mapped_base(vd.BASE, tmp_path / "a.toml", "10gbe-tcp")["inter.name"] == "10gbe"
     assert vd.mapped_base(vd.BASE, tmp_path / "b.toml", "100gb-rdma")["inter.name"] == "100gbe"
@@ -229,6 +230,35 @@ def test_one_network_per_data_file(tmp_path, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "network = '100gb-rdma, 100gb-tcp'" in err and len(err.splitlines()) == 1
+
+
+def test_single_gpu_rows_from_another_file(tmp_path, capsys):
+    """A file without single-gpu rows takes them from `--single` (another
+    file of the same GPUs), its own rows win, a row at another batch size
+    exits 2 in one line, and without either the error names `--single`."""
+    vd = module()
+    head = "dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput,throughput_std\n"
+    fast = tmp_path / "fast.csv"
+    fast.write_text(head + "resnet50,64,,100gbib,WFBP-A2A,8,2,4,1990,\n"
+                           "bert_base,64,64,100gbib,single-gpu,1,1,1,200.0,\n"
+                           "bert_base,64,64,100gbib,WFBP-A2A,8,2,4,1500,\n")
+    other = tmp_path / "other.csv"
+    other.write_text(head + "resnet50,64,,10gbe-tcp,single-gpu,1,1,1,253.1,\n"
+                            "bert_base,64,64,10gbe-tcp,single-gpu,1,1,1,212.8,\n"
+                            "bert_large,8,64,10gbe-tcp,single-gpu,1,1,1,30.0,\n")
+    rows, single = vd.load(fast, other)
+    assert len(rows) == 2 and single == {"resnet50": 253.1, "bert_base": 200.0}
+    with pytest.raises(SystemExit) as exit_:
+        vd.load(fast)
+    assert exit_.value.code == 2 and "--single" in capsys.readouterr().err
+    other.write_text(head + "resnet50,32,,10gbe-tcp,single-gpu,1,1,1,250.0,\n")
+    with pytest.raises(SystemExit) as exit_:
+        vd.load(fast, other)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "batch_size = '32'" in err and len(err.splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_:
+        vd.main(["--data", str(fast), "--single", str(tmp_path / "none.csv"), "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2 and "single = " in capsys.readouterr().err
 
 
 def test_bert_rows_map_onto_bertforpretraining():
@@ -257,6 +287,7 @@ def test_mgwfbp_rows_plan_with_the_codes_own_table():
     assert vd.mgwfbp_planner("100Gb-IB-RDMA", 8) == vd.MGWFBP_PLANNER["ib"][8]
     assert vd.mgwfbp_planner("100GbE", 8) == vd.MGWFBP_PLANNER["ib"][8]  # not 10GbE
     assert vd.mgwfbp_planner("10GbE", 12) == vd.MGWFBP_PLANNER["10gbe"][16]  # 12/8 > 16/12
+    assert vd.mgwfbp_planner("10Gb Ethernet", 8) == vd.MGWFBP_PLANNER["10gbe"][8]
     wfbp = vd.scenario_keys({**record, "method": "WFBP-A2A"}, {"resnet50": 253.1})
     assert wfbp["mgwfbp.alpha"] == wfbp["mgwfbp.bandwidth"] == wfbp["mgwfbp.min_params"] == ""
 
