@@ -1,0 +1,61 @@
+"""README's "Validation against measurements" at a glance quotes the studies'
+committed result tables: a study rerun without the README following fails here.
+
+Reads only files in the repository (experiments/results/), so it runs
+without ../shared/data.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+
+
+def markdown_rows(path: Path) -> list[list[str]]:
+    """The cells of every table row in a markdown file (header and rule rows included)."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in path.read_text().splitlines() if line.startswith("|")]
+
+
+def glance() -> list[str]:
+    """The rows of README's at-a-glance table."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("At a glance")
+    block = text[start:text.index("\n\n", text.index("\n|", start))]
+    return [line for line in block.splitlines() if line.startswith("|")]
+
+
+def task_figures(table: Path, prefix: str) -> str:
+    """'median / max %' of the held-out model errors of a validate_ddl task."""
+    head, *rows = markdown_rows(table)
+    row = next(r for r in rows if r[0].startswith(prefix))
+    median, maximum = row[head.index("model median")], row[head.index("model max")]
+    return f"{median.removesuffix(' %')} / {maximum}"
+
+
+@pytest.mark.parametrize("folder, tasks", [
+    ("validate_ddl", ("(a) scale-out", "(b) cross-method")),
+    ("validate_ddl/wrong_centre_p0.5_t0.3", ("(a) scale-out", "(b) cross-method")),
+])
+def test_10gbe_figures_are_the_committed_tables(folder, tasks):
+    rows = glance()
+    for task in tasks:
+        figures = task_figures(RESULTS / folder / "table.md", task)
+        assert any(figures in row for row in rows), f"README at a glance lacks {task} of {folder}: {figures}"
+
+
+def test_multi_node_nccl_count_is_the_committed_table():
+    """How many multi-node tables NCCL's protocols bring within 15 % median,
+    and which, as validate_nccl's table says."""
+    head, *rows = markdown_rows(RESULTS / "validate_nccl" / "table.md")
+    kind, median = head.index("kind"), head.index("model median")
+    nccl = {r[0]: float(r[median].removesuffix(" %")) for r in rows
+            if len(r) == len(head) and r[kind] == "multi-node, nccl protocols"}
+    within = {name for name, value in nccl.items() if value <= 15.0}
+    row = next(r for r in glance() if "nccl-tests, multi-node" in r)
+    assert f"{len(within)} of {len(nccl)} tables within 15 % median" in row
+    for name in within:
+        assert f"{nccl[name]:.1f} %" in row, name
