@@ -54,7 +54,7 @@ protocol switch with a second latency/bandwidth pair, and `ps.bandwidth`),
 within the physical bounds (bandwidths at most the wire allows at the line
 rate).
 
-Two tasks, each against a naive baseline computed here:
+Three tasks, each against a naive baseline computed here:
   (a) scale-out: calibrate on rows with <= 8 GPUs, predict 16 and 32 GPUs;
       naive: linear from 8 GPUs (throughput(P) = throughput(8) * P / 8);
   (b) cross-method: calibrate on WFBP-A2A rows only (every GPU count), predict
@@ -63,6 +63,8 @@ Two tasks, each against a naive baseline computed here:
       predict the ByteScheduler rows at >= 8 GPUs, once mapped as WFBP and
       once as the priority strategy (the same fit); naive: the nearest
       training row (the same model and GPUs with WFBP) scaled linearly.
+A task whose rows the file does not hold (no ByteScheduler rows, say) is
+skipped with a note (`missing_rows`); a file that holds none exits 2.
 
     python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--single CSV]
                                        [--prior SIGMA] [--tail T]
@@ -538,6 +540,24 @@ def bytescheduler(records, single, out, options, priority: bool, base_text=BASE,
                     priority=priority, folds=[fold])
 
 
+def missing_rows(records: list[dict]) -> dict[str, str]:
+    """The tasks the data cannot hold, with what they lack (a file may hold
+    fewer methods or GPU counts than the 10GbE one): (a) needs rows at <= 8
+    GPUs and above; (b) WFBP-A2A rows and another method's at >= 8 GPUs;
+    (c) ByteScheduler rows at >= 8 GPUs and another method's rows."""
+    def some(test):
+        return any(test(r) for r in records)
+    bytescheduler = some(lambda r: r["method"] in BYTESCHEDULER and r["gpus"] >= 8)
+    others = some(lambda r: r["method"] not in BYTESCHEDULER)
+    needs = {"scale_out": (some(lambda r: r["gpus"] <= 8) and some(lambda r: r["gpus"] > 8),
+                           "rows at <= 8 GPUs and at more"),
+             "cross_method": (some(lambda r: r["method"] == "WFBP-A2A")
+                              and some(lambda r: r["method"] != "WFBP-A2A" and r["gpus"] >= 8),
+                              "WFBP-A2A rows and another method's at >= 8 GPUs"),
+             "bytescheduler": (bytescheduler and others, "ByteScheduler rows at >= 8 GPUs and another method's")}
+    return {task: lacks for task, (holds, lacks) in needs.items() if not holds}
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -609,10 +629,18 @@ def main(argv=None) -> int:
     records, single = load(args.data, args.single)
     base_text = args.base.read_text() if args.base else BASE
     options = study_fit_options(args, QUICK if args.quick else FULL)
-    tasks = [scale_out(records, single, args.out, options, base_text, args.data.name),
-             cross_method(records, single, args.out, options, base_text, args.data.name),
+    missing = missing_rows(records)
+    if len(missing) == 3:
+        study_error("validate_ddl", "data", str(args.data),
+                    "holds the rows of no task: " + "; ".join(f"{t} needs {lacks}" for t, lacks in missing.items()))
+    for task, lacks in missing.items():
+        print(f"validate_ddl: task {task} skipped: {args.data} holds no {lacks}", file=sys.stderr)
+    tasks = [*([scale_out(records, single, args.out, options, base_text, args.data.name)]
+               if "scale_out" not in missing else []),
+             *([cross_method(records, single, args.out, options, base_text, args.data.name)]
+               if "cross_method" not in missing else []),
              *(bytescheduler(records, single, args.out, options, priority, base_text, args.data.name)
-               for priority in (False, True))]
+               for priority in (False, True) if "bytescheduler" not in missing)]
     text = table(tasks)
     write_text(args.out / "table.md", text)
     write_predictions(args.out / "predictions.csv", tasks)

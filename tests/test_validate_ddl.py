@@ -261,6 +261,31 @@ def test_single_gpu_rows_from_another_file(tmp_path, capsys):
     assert exit_.value.code == 2 and "single = " in capsys.readouterr().err
 
 
+def test_tasks_the_data_cannot_hold_are_skipped(tmp_path, capsys):
+    """A file with fewer methods or GPU counts runs the tasks it can hold;
+    one that holds none exits 2 in one line naming what each lacks."""
+    vd = module()
+
+    def rows(*specs):
+        return [{"method": m, "gpus": g} for m, g in specs]
+
+    full = rows(("WFBP-A2A", 8), ("WFBP-A2A", 16), ("BSP-PS", 16), ("ByteScheduler-A2A", 8))
+    assert vd.missing_rows(full) == {}
+    assert set(vd.missing_rows(rows(("WFBP-A2A", 8), ("WFBP-A2A", 16), ("BSP-PS", 16)))) == {"bytescheduler"}
+    assert set(vd.missing_rows(rows(("BSP-A2A", 4), ("BSP-A2A", 16), ("ByteScheduler-PS", 8)))) == {"cross_method"}
+    assert set(vd.missing_rows(rows(("WFBP-A2A", 4), ("BSP-A2A", 8)))) == {"scale_out", "bytescheduler"}
+    path = tmp_path / "small.csv"
+    path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput,throughput_std\n"
+                    "resnet50,64,,10gbe-tcp,single-gpu,1,1,1,253.1,\n"
+                    "resnet50,64,,10gbe-tcp,WFBP-A2A,4,1,4,1000,\n")
+    with pytest.raises(SystemExit) as exit_:
+        vd.main(["--data", str(path), "--quick", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert "holds the rows of no task" in err and "WFBP-A2A rows and another method's" in err
+    assert not any((tmp_path / "out").glob("*"))
+
+
 def test_bert_rows_map_onto_bertforpretraining():
     """The benchmark code trains Hugging Face's BertForPreTraining: BERT rows
     name the zoo's `bert_*_pretraining`, ResNet-50 stays itself."""
