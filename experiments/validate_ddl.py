@@ -240,11 +240,24 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
     return rows, single
 
 
+# The columns a data file needs (seq_len, throughput_std and others may be absent).
+DATA_COLUMNS = ("dnn", "batch_size", "network", "method", "gpus", "nodes", "gpus_per_node", "throughput")
+
+
 def read_records(path: Path) -> list[dict]:
     """Every row of a file in the 10GbE file's format, its numbers parsed."""
     with open(path, newline="") as handle:
-        records = list(csv.DictReader(line for line in handle if not line.startswith("#")))
+        reader = csv.DictReader(line for line in handle if not line.startswith("#"))
+        records = list(reader)
+        columns = reader.fieldnames or []
+    lacking = [c for c in DATA_COLUMNS if c not in columns]
+    if lacking:
+        study_error("validate_ddl", "columns", ", ".join(columns), f"{path}: needs {', '.join(lacking)} too")
     for line, r in enumerate(records, start=2):
+        r["seq_len"] = r.get("seq_len") or ""  # optional: models without a sequence
+        for column in ("batch_size", "seq_len"):  # kept as text; scenario_keys reads them as numbers
+            if (r[column] or column == "batch_size") and not re.fullmatch(r"\d+(\.0*)?", (r[column] or "").strip()):
+                study_error("validate_ddl", column, r[column], f"{path}, line {line}: not a whole number")
         for column, kind in (("gpus", int), ("nodes", int), ("gpus_per_node", int), ("throughput", float)):
             try:
                 r[column] = kind(r.get(column))
@@ -260,7 +273,7 @@ def scenario_keys(record: dict, single: dict[str, float], priority: bool = True)
     """The scenario of one measured configuration (the mapping in the docstring);
     `priority` maps ByteScheduler-A2A onto the priority strategy."""
     strategy, family = METHODS[record["method"]]
-    keys = {"model": MODELS.get(record["dnn"], record["dnn"]), "batch_size": int(record["batch_size"]),
+    keys = {"model": MODELS.get(record["dnn"], record["dnn"]), "batch_size": int(float(record["batch_size"])),
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
             "algorithm": ALLREDUCE, "ps.pipelined": "", "update": "", "partition_bytes": "", "credit_bytes": "",

@@ -286,6 +286,26 @@ def test_tasks_the_data_cannot_hold_are_skipped(tmp_path, capsys):
     assert not any((tmp_path / "out").glob("*"))
 
 
+def test_a_file_without_a_needed_column_or_with_a_bad_batch_exits_2(tmp_path, capsys):
+    """seq_len may be absent (ResNet-only files); a missing needed column or a
+    batch size that is not a whole number exits 2 in one line."""
+    vd = module()
+    path = tmp_path / "d.csv"
+    path.write_text("dnn,batch_size,network,method,gpus,nodes,gpus_per_node,throughput\n"
+                    "resnet50,64,10gbe,single-gpu,1,1,1,250\nresnet50,64.0,10gbe,WFBP-A2A,8,2,4,1900\n")
+    rows, single = vd.load(path)
+    assert rows[0]["seq_len"] == "" and single == {"resnet50": 250.0}
+    assert vd.scenario_keys(rows[0], single)["batch_size"] == 64
+    for text, key in (("dnn,network,method,gpus\nresnet50,10gbe,single-gpu,1\n", "columns"),
+                      ("dnn,batch_size,network,method,gpus,nodes,gpus_per_node,throughput\n"
+                       "resnet50,6a4,10gbe,single-gpu,1,1,1,250\n", "batch_size")):
+        path.write_text(text)
+        with pytest.raises(SystemExit) as exit_:
+            vd.load(path)
+        err = capsys.readouterr().err.strip()
+        assert exit_.value.code == 2 and err.startswith(f"validate_ddl: error: {key} = ") and len(err.splitlines()) == 1
+
+
 def test_bert_rows_map_onto_bertforpretraining():
     """The benchmark code trains Hugging Face's BertForPreTraining: BERT rows
     name the zoo's `bert_*_pretraining`, ResNet-50 stays itself."""
