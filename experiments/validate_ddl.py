@@ -116,6 +116,9 @@ from sweep.fit import optimise
 from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from network_labels import label_speed, label_tokens, label_words, link_of_network, says_tcp  # noqa: E402,F401
+
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
 # does: `rhd` charges 2 ceil(log2 P) steps, NCCL's tree 2 ceil(log2 n)
@@ -402,32 +405,6 @@ def mapped_base(base_text: str, path: Path, network: str = "") -> dict:
 
 
 # Transport words in a `network` label, which name no wire (`through_tcp` reads TCP from them).
-TRANSPORT_WORDS = {"tcp", "ipoib", "rdma", "roce", "ip", "sockets", "verbs"}
-IB_GENERATIONS = {"fdr": "ib-fdr", "edr": "ib-edr", "hdr": "ib-hdr", "ndr": "ib-ndr"}
-IB_BY_SPEED = {56: "ib-fdr", 100: "ib-edr", 200: "ib-hdr", 400: "ib-ndr"}
-ETHERNET_BY_SPEED = {10: "10gbe", 25: "25gbe", 100: "100gbe", 200: "200gbe", 400: "400gbe"}
-
-
-def link_of_network(network: str) -> str | None:
-    """The catalog link a `network` label names, else None: a catalog name
-    once transport words are dropped ("10gbe-tcp" -> 10gbe, "100gbe rdma"
-    -> 100gbe, "IB EDR" -> ib-edr), else InfiniBand by generation or speed
-    ("100Gb InfiniBand", "100gbib" -> ib-edr), else Ethernet by speed
-    ("100GbE RoCE" -> 100gbe)."""
-    label = network.lower()
-    words = [w for w in label_words(network) if w not in TRANSPORT_WORDS]
-    name = "-".join(words)
-    if name in catalog.LINKS and not name.startswith(("pcie", "nvlink")):
-        return name
-    speed = label_speed(network)
-    generation = next((IB_GENERATIONS[w] for w in words if w in IB_GENERATIONS), None)
-    infiniband = (generation or "infiniband" in label or "ipoib" in label or "ib" in label_tokens(network)
-                  or re.search(r"\d+\s*g(b|bit)?ib\b", label))
-    if infiniband:
-        return generation or IB_BY_SPEED.get(speed)
-    return ETHERNET_BY_SPEED.get(speed)
-
-
 def with_network_link(base: dict, network: str) -> dict:
     """`base` with the inter link the data's `network` names, unless it
     names one itself; the scenario default (10gbe) where the label names
@@ -440,34 +417,6 @@ def with_network_link(base: dict, network: str) -> dict:
               f"{KEYS['inter.name'].default} (name yours in --base)", file=sys.stderr)
         return base
     return {**base, "inter.name": link}
-
-
-def label_tokens(network: str) -> list[str]:
-    """A `network` label's runs of digits and of letters ("ib100-tcp" -> ib, 100, tcp)."""
-    return re.findall(r"\d+|[a-z]+", network.lower())
-
-
-def label_speed(network: str) -> int | None:
-    """The link speed in Gb/s a `network` label states: a number before a
-    unit that starts with g ("100Gb", "2x100gbps" -> 100), else a number
-    that stands alone or before a transport word ("ib100", "ib-100-tcp" ->
-    100), else None."""
-    tokens = label_tokens(network)
-    numbers = [(int(t), tokens[i + 1] if i + 1 < len(tokens) else "") for i, t in enumerate(tokens) if t.isdigit()]
-    for value, after in numbers:
-        if after.startswith("g"):
-            return value
-    return next((value for value, after in numbers if after in ("", "ib", *TRANSPORT_WORDS)), None)
-
-
-def label_words(network: str) -> list[str]:
-    """A `network` label's words, lower case ("100Gb IPoIB" -> 100gb, ipoib)."""
-    return [w for w in re.split(r"[^a-z0-9]+", network.lower()) if w]
-
-
-def says_tcp(network: str) -> bool:
-    """Whether a `network` label names a TCP transport ("10gbe-tcp", "100Gb IPoIB")."""
-    return bool({"tcp", "ipoib"} & set(label_words(network)))
 
 
 def through_tcp(base: dict, network: str) -> dict:
