@@ -71,9 +71,9 @@ skipped with a note (`missing_rows`); a file that holds none exits 2.
 
 `--data` takes any file in the 10GbE file's format (columns dnn, batch_size,
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
-single-gpu rows give each model's measured throughput; `--single` takes
-them from another file of the same GPUs, e.g. the 10GbE file, for models
-the data has none of); `--base` a scenario
+single-gpu rows give each model's measured throughput, else its one-GPU
+rows of any method; `--single` takes them from another file of the same
+GPUs, e.g. the 10GbE file, for models the data has neither of); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `BASE`),
 e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
@@ -214,13 +214,23 @@ QUICK = FitOptions(starts=2, steps=300, polish=100)
 
 
 def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[str, float]]:
-    """(multi-GPU records, single-GPU throughput per model) from the CSV,
-    with the single-GPU rows of `single_path` (`--single`: another file of
-    the same GPUs; one GPU uses no network) for models `path` has none of; a
-    bad cell exits 2 with one line naming its column, value and line."""
+    """(multi-GPU records, single-GPU throughput per model) from the CSV.
+    A model's single-GPU throughput is its `single-gpu` row's; else the
+    median of its one-GPU rows of any method (one GPU uses no network), with
+    a note; else the `single-gpu` row of `single_path` (`--single`: another
+    file of the same GPUs). One-GPU rows train nothing. A bad cell exits 2
+    with one line naming its column, value and line."""
     records = read_records(path)
     single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
-    rows = [r for r in records if r["method"] != "single-gpu"]
+    one_gpu = {}
+    for r in records:
+        if r["method"] != "single-gpu" and r["gpus"] == 1 and r["dnn"] not in single:
+            one_gpu.setdefault(r["dnn"], []).append(r["throughput"])
+    for dnn, throughputs in one_gpu.items():
+        single[dnn] = float(np.median(throughputs))
+        print(f"validate_ddl: {dnn} has no single-gpu row: its single-GPU throughput is the median of its "
+              f"{len(throughputs)} one-GPU row(s), {single[dnn]:.6g}", file=sys.stderr)
+    rows = [r for r in records if r["method"] != "single-gpu" and r["gpus"] > 1]
     networks = sorted({r.get("network") or "" for r in rows})
     if len(networks) != 1:
         study_error("validate_ddl", "network", ", ".join(networks) or "(no rows)",

@@ -248,6 +248,12 @@ def test_single_gpu_rows_from_another_file(tmp_path, capsys):
                             "bert_large,8,64,10gbe-tcp,single-gpu,1,1,1,30.0,\n")
     rows, single = vd.load(fast, other)
     assert len(rows) == 2 and single == {"resnet50": 253.1, "bert_base": 200.0}
+    with open(fast, "a") as handle:  # one-GPU rows of a method come before another file's
+        handle.write("resnet50,64,,100gbib,WFBP-A2A,1,1,1,250.0,\nresnet50,64,,100gbib,BSP-A2A,1,1,1,252.0,\n")
+    rows, single = vd.load(fast, other)
+    assert len(rows) == 2 and single == {"resnet50": 251.0, "bert_base": 200.0}
+    assert "median of its 2 one-GPU row(s)" in capsys.readouterr().err
+    fast.write_text("\n".join(fast.read_text().splitlines()[:4]) + "\n")
     with pytest.raises(SystemExit) as exit_:
         vd.load(fast)
     assert exit_.value.code == 2 and "--single" in capsys.readouterr().err
