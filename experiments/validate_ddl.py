@@ -84,8 +84,8 @@ does not set it, NCCL's LL hop latency as `intra.alpha` to any base
 that does not set the intra link's latency, and, where the file's
 `network` says TCP (or IPoIB), the base's fabric as used through TCP
 (`through_tcp`: `100gbe` -> `100gbe-tcp`, the socket stack's latency)
-unless the base sets the inter link's latency (`mapped_base`); a file holds
-one network. The folds
+unless the base sets the inter link's latency (`mapped_base`); a file of
+several networks runs once per network, each into OUT/<network>/. The folds
 run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
@@ -231,10 +231,8 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
         print(f"validate_ddl: {dnn} has no single-gpu row: its single-GPU throughput is the median of its "
               f"{len(throughputs)} one-GPU row(s), {single[dnn]:.6g}", file=sys.stderr)
     rows = [r for r in records if r["method"] != "single-gpu" and r["gpus"] > 1]
-    networks = sorted({r.get("network") or "" for r in rows})
-    if len(networks) != 1:
-        study_error("validate_ddl", "network", ", ".join(networks) or "(no rows)",
-                    f"{path}: one network per file (the base's links are every row's)")
+    if not rows:
+        study_error("validate_ddl", "data", str(path), "holds no row on more than one GPU")
     if single_path is not None:
         batches = {(r["dnn"], r["batch_size"], r["seq_len"]) for r in rows}
         for r in read_records(single_path):
@@ -601,24 +599,49 @@ def main(argv=None) -> int:
     records, single = load(args.data, args.single)
     base_text = args.base.read_text() if args.base else BASE
     options = study_fit_options(args, QUICK if args.quick else FULL)
-    missing = missing_rows(records)
-    if len(missing) == 3:
-        study_error("validate_ddl", "data", str(args.data),
-                    "holds the rows of no task: " + "; ".join(f"{t} needs {lacks}" for t, lacks in missing.items()))
-    for task, lacks in missing.items():
-        print(f"validate_ddl: task {task} skipped: {args.data} holds no {lacks}", file=sys.stderr)
-    tasks = [*([scale_out(records, single, args.out, options, base_text, args.data.name)]
-               if "scale_out" not in missing else []),
-             *([cross_method(records, single, args.out, options, base_text, args.data.name)]
-               if "cross_method" not in missing else []),
-             *(bytescheduler(records, single, args.out, options, priority, base_text, args.data.name)
-               for priority in (False, True) if "bytescheduler" not in missing)]
-    text = table(tasks)
-    write_text(args.out / "table.md", text)
-    write_predictions(args.out / "predictions.csv", tasks)
-    print(text)
+    by_network = {}
+    for r in records:
+        by_network.setdefault(r["network"] or "", []).append(r)
+    missing = {network: missing_rows(rows) for network, rows in by_network.items()}
+    if all(len(m) == 3 for m in missing.values()):
+        study_error("validate_ddl", "data", str(args.data), "holds the rows of no task: " + "; ".join(
+            f"{t} needs {lacks}" for t, lacks in next(iter(missing.values())).items()))
+    for network, rows in by_network.items():
+        # A file of several networks runs once per network (the base's links
+        # are every row's), each into a folder of its own.
+        out = args.out if len(by_network) == 1 else args.out / network_folder(network)
+        if len(by_network) > 1:
+            print(f"validate_ddl: network {network!r}: {len(rows)} rows, into {out}", file=sys.stderr)
+        if len(missing[network]) == 3:
+            print(f"validate_ddl: network {network!r} skipped: it holds the rows of no task", file=sys.stderr)
+            continue
+        for task, lacks in missing[network].items():
+            print(f"validate_ddl: task {task} skipped: {args.data} holds no {lacks}"
+                  + (f" on {network!r}" if len(by_network) > 1 else ""), file=sys.stderr)
+        text = run_study(rows, single, out, options, base_text, args.data.name, missing[network])
+        print(text)
     print(f"validate_ddl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def network_folder(network: str) -> str:
+    """The output folder of one network's rows ("100Gb IPoIB" -> 100gb-ipoib)."""
+    return "-".join(label_words(network)) or "unlabelled"
+
+
+def run_study(records, single, out: Path, options, base_text: str, data_name: str, missing: dict) -> str:
+    """The tasks `records` (one network's rows) hold, written to `out`: table.md and predictions.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = [*([scale_out(records, single, out, options, base_text, data_name)]
+               if "scale_out" not in missing else []),
+             *([cross_method(records, single, out, options, base_text, data_name)]
+               if "cross_method" not in missing else []),
+             *(bytescheduler(records, single, out, options, priority, base_text, data_name)
+               for priority in (False, True) if "bytescheduler" not in missing)]
+    text = table(tasks)
+    write_text(out / "table.md", text)
+    write_predictions(out / "predictions.csv", tasks)
+    return text
 
 
 if __name__ == "__main__":

@@ -218,18 +218,29 @@ def test_the_inter_link_is_the_one_the_network_names_unless_the_base_names_one(t
     assert "names no catalog link" in capsys.readouterr().err
 
 
-def test_one_network_per_data_file(tmp_path, capsys):
+def test_a_file_of_several_networks_runs_once_per_network(tmp_path, capsys, monkeypatch):
+    """Each network's rows run alone (the base's links are every row's),
+    into a folder named after it; the single-GPU rows serve them all; a
+    network whose rows hold no task is skipped with a note."""
     vd = module()
     path = tmp_path / "two.csv"
     path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput,throughput_std\n"
                     "resnet50,64,,x,single-gpu,1,1,1,253.1,\n"
                     "resnet50,64,,100gb-rdma,WFBP-A2A,8,2,4,1900,\n"
-                    "resnet50,64,,100gb-tcp,WFBP-A2A,8,2,4,1800,\n")
-    with pytest.raises(SystemExit) as exit_:
-        vd.load(path)
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert "network = '100gb-rdma, 100gb-tcp'" in err and len(err.splitlines()) == 1
+                    "resnet50,64,,100gb-rdma,BSP-A2A,8,2,4,1850,\n"
+                    "resnet50,64,,100Gb IPoIB,WFBP-A2A,8,2,4,1800,\n"
+                    "resnet50,64,,100Gb IPoIB,BSP-A2A,16,4,4,3300,\n"
+                    "resnet50,64,,25gbe,WFBP-A2A,4,1,4,1000,\n")
+    runs = {}
+
+    def run_study(records, single, out, options, base_text, data_name, missing):
+        runs[out.name] = ({r["network"] for r in records}, dict(single), set(missing))
+        return ""
+    monkeypatch.setattr(vd, "run_study", run_study)
+    assert vd.main(["--data", str(path), "--quick", "--out", str(tmp_path / "out")]) == 0
+    assert runs == {"100gb-rdma": ({"100gb-rdma"}, {"resnet50": 253.1}, {"scale_out", "bytescheduler"}),
+                    "100gb-ipoib": ({"100Gb IPoIB"}, {"resnet50": 253.1}, {"bytescheduler"})}
+    assert "network '25gbe' skipped" in capsys.readouterr().err
 
 
 def test_single_gpu_rows_from_another_file(tmp_path, capsys):
