@@ -96,9 +96,11 @@ FIT.toml files.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
+import io
 import math
 import re
 import sys
@@ -112,6 +114,7 @@ import tomli_w
 from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds,
                    markdown_table, read_base, read_rows, require_data, run_fold, study_arguments, study_error,
                    study_fit_options, write_text)
+from sweep.errors import SpecError
 from sweep.fit import optimise
 from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
@@ -595,6 +598,8 @@ def main(argv=None) -> int:
     require_data("validate_ddl", args.data)
     if args.single is not None and not args.single.is_file():
         study_error("validate_ddl", "single", str(args.single), "not found")
+    if args.base is not None and not args.base.is_file():
+        study_error("validate_ddl", "base", str(args.base), "not found")
     started = time.perf_counter()
     records, single = load(args.data, args.single)
     base_text = args.base.read_text() if args.base else BASE
@@ -602,6 +607,7 @@ def main(argv=None) -> int:
     by_network = {}
     for r in records:
         by_network.setdefault(r["network"] or "", []).append(r)
+    check_inputs(by_network, single, base_text, args.base)
     missing = {network: missing_rows(rows) for network, rows in by_network.items()}
     if all(len(m) == 3 for m in missing.values()):
         study_error("validate_ddl", "data", str(args.data), "holds the rows of no task: " + "; ".join(
@@ -622,6 +628,24 @@ def main(argv=None) -> int:
         print(text)
     print(f"validate_ddl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def check_inputs(by_network: dict, single: dict, base_text: str, base_path: Path | None) -> None:
+    """Exit 2 with one line, before any output, where the base or a row
+    cannot make a scenario (a TOML error, an unknown GPU, link or model):
+    every network's rows read through their mapped base, as `run_task` reads them."""
+    try:
+        if base_path is not None:
+            read_base(base_path)  # its errors name the user's file
+        with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stderr(io.StringIO()):
+            for network, rows in by_network.items():
+                base = mapped_base(base_text, Path(folder) / "base.toml", network)
+                for priority in (True, False):
+                    read_rows(write_rows(Path(folder) / "rows.csv", rows, single, measured=True, priority=priority),
+                              dict(base), labels=(METHOD_COLUMN,))
+    except SpecError as err:
+        print(f"validate_ddl: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def network_folder(network: str) -> str:

@@ -323,6 +323,27 @@ def test_a_file_without_a_needed_column_or_with_a_bad_batch_exits_2(tmp_path, ca
         assert exit_.value.code == 2 and err.startswith(f"validate_ddl: error: {key} = ") and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("base, dnn, key", [
+    (None, "resnet5O", "model"), ('gpu = "nosuchgpu"\n', "resnet50", "gpu"), ("gpu = [\n", "resnet50", "scenario"),
+    ("missing", "resnet50", "base")])
+def test_a_bad_base_or_model_exits_2_before_any_output(tmp_path, capsys, base, dnn, key):
+    vd = module()
+    data = tmp_path / "d.csv"
+    data.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput\n"
+                    f"{dnn},64,,10gbe-tcp,single-gpu,1,1,1,253.1\n{dnn},64,,10gbe-tcp,WFBP-A2A,8,2,4,1900\n"
+                    f"{dnn},64,,10gbe-tcp,BSP-A2A,16,4,4,3000\n")
+    argv = ["--data", str(data), "--quick", "--out", str(tmp_path / "out")]
+    if base is not None:
+        argv += ["--base", str(tmp_path / "base.toml")]
+        if base != "missing":
+            (tmp_path / "base.toml").write_text(base)
+    with pytest.raises(SystemExit) as exit_:
+        vd.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.startswith(f"validate_ddl: error: {key} = ") and len(err.splitlines()) == 1
+    assert not any((tmp_path / "out").glob("*"))
+
+
 def test_bert_rows_map_onto_bertforpretraining():
     """The benchmark code trains Hugging Face's BertForPreTraining: BERT rows
     name the zoo's `bert_*_pretraining`, ResNet-50 stays itself."""
