@@ -277,6 +277,11 @@ def read_records(path: Path) -> list[dict]:
                 r[column] = kind(r.get(column))
             except (TypeError, ValueError):
                 study_error("validate_ddl", column, r.get(column), f"{path}, line {line}: not a number")
+            if not (math.isfinite(r[column]) and r[column] > 0):
+                study_error("validate_ddl", column, r[column], f"{path}, line {line}: must be positive")
+        if r["gpus"] != r["nodes"] * r["gpus_per_node"]:
+            study_error("validate_ddl", "gpus", r["gpus"], f"{path}, line {line}: not nodes x gpus_per_node "
+                                                          f"({r['nodes']} x {r['gpus_per_node']})")
         if r.get("method") not in (*METHODS, "single-gpu"):
             study_error("validate_ddl", "method", r.get("method"),
                         f"{path}, line {line}: one of {', '.join(METHODS)} or single-gpu")

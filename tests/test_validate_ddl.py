@@ -313,9 +313,12 @@ def test_a_file_without_a_needed_column_or_with_a_bad_batch_exits_2(tmp_path, ca
     rows, single = vd.load(path)
     assert rows[0]["seq_len"] == "" and single == {"resnet50": 250.0}
     assert vd.scenario_keys(rows[0], single)["batch_size"] == 64
+    head = "dnn,batch_size,network,method,gpus,nodes,gpus_per_node,throughput\n"
     for text, key in (("dnn,network,method,gpus\nresnet50,10gbe,single-gpu,1\n", "columns"),
-                      ("dnn,batch_size,network,method,gpus,nodes,gpus_per_node,throughput\n"
-                       "resnet50,6a4,10gbe,single-gpu,1,1,1,250\n", "batch_size")):
+                      (head + "resnet50,6a4,10gbe,single-gpu,1,1,1,250\n", "batch_size"),
+                      (head + "resnet50,64,10gbe,WFBP-A2A,8,2,2,1900\n", "gpus"),
+                      (head + "resnet50,64,10gbe,WFBP-A2A,8,2,4,nan\n", "throughput"),
+                      (head + "resnet50,64,10gbe,WFBP-A2A,8,2,4,-3\n", "throughput")):
         path.write_text(text)
         with pytest.raises(SystemExit) as exit_:
             vd.load(path)
