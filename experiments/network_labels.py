@@ -11,6 +11,7 @@ import re
 
 from sweep.scenario import catalog
 
+# Words that name a transport, not a wire (`says_tcp` reads TCP from two of them).
 TRANSPORT_WORDS = {"tcp", "ipoib", "rdma", "roce", "ip", "sockets", "verbs"}
 IB_GENERATIONS = {"fdr": "ib-fdr", "edr": "ib-edr", "hdr": "ib-hdr", "ndr": "ib-ndr"}
 IB_BY_SPEED = {56: "ib-fdr", 100: "ib-edr", 200: "ib-hdr", 400: "ib-ndr"}

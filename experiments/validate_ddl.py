@@ -120,7 +120,7 @@ from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from network_labels import label_speed, label_tokens, label_words, link_of_network, says_tcp  # noqa: E402,F401
+from network_labels import label_words, link_of_network, says_tcp  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -238,8 +238,9 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
         study_error("validate_ddl", "data", str(path), "holds no row on more than one GPU")
     if single_path is not None:
         batches = {(r["dnn"], r["batch_size"], r["seq_len"]) for r in rows}
+        models = {r["dnn"] for r in rows}
         for r in read_records(single_path):
-            if r["method"] != "single-gpu" or r["dnn"] in single or not any(b[0] == r["dnn"] for b in batches):
+            if r["method"] != "single-gpu" or r["dnn"] in single or r["dnn"] not in models:
                 continue
             if (r["dnn"], r["batch_size"], r["seq_len"]) not in batches:
                 study_error("validate_ddl", "batch_size", r["batch_size"],
@@ -420,7 +421,6 @@ def mapped_base(base_text: str, path: Path, network: str = "") -> dict:
     return base
 
 
-# Transport words in a `network` label, which name no wire (`through_tcp` reads TCP from them).
 def with_network_link(base: dict, network: str) -> dict:
     """`base` with the inter link the data's `network` names, unless it
     names one itself; the scenario default (10gbe) where the label names
@@ -451,6 +451,14 @@ def through_tcp(base: dict, network: str) -> dict:
     return {**base, "inter.name": f"{name}-tcp"}
 
 
+def mapped_rows(folder: Path, records: list[dict], single: dict, base: dict, priority: bool) -> list:
+    """`records` as the fit reads them: their scenarios (`scenario_keys`)
+    written to `folder` and read back under `base`."""
+    data = write_rows(folder / ("rows.csv" if priority else "wfbp_rows.csv"), records, single, measured=True,
+                      priority=priority)
+    return read_rows(data, dict(base), labels=(METHOD_COLUMN,))[1]
+
+
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
              data_name: str, priority: bool = True, folds=None, floored: tuple[str, ...] = FLOORED_METHODS,
              **split) -> dict:
@@ -458,13 +466,9 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     `folds` given) on the mapped rows; errors of the model and the baseline.
     The mapped rows live in a temporary folder: no copy of the data stays."""
     with tempfile.TemporaryDirectory() as folder:
-        data = write_rows(Path(folder) / "rows.csv", records, single, measured=True, priority=priority)
         base = mapped_base(base_text, Path(folder) / "base.toml", records[0]["network"])
-        _, rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
-        wfbp_rows = rows
-        if priority and floored:
-            data = write_rows(Path(folder) / "wfbp_rows.csv", records, single, measured=True, priority=False)
-            _, wfbp_rows = read_rows(data, dict(base), labels=(METHOD_COLUMN,))
+        rows = mapped_rows(Path(folder), records, single, base, priority)
+        wfbp_rows = mapped_rows(Path(folder), records, single, base, priority=False) if priority and floored else rows
     folds = folds or make_folds(rows, **split)
     assert all(f.train == folds[0].train for f in folds)  # one fit: pool the held-out rows
     fold = Fold(folds[0].name if len(folds) == 1 else f"fit {split.get('reference')}, predict the others",
@@ -617,18 +621,19 @@ def main(argv=None) -> int:
     if all(len(m) == 3 for m in missing.values()):
         study_error("validate_ddl", "data", str(args.data), "holds the rows of no task: " + "; ".join(
             f"{t} needs {lacks}" for t, lacks in next(iter(missing.values())).items()))
+    # A file of several networks runs once per network (the base's links are
+    # every row's), each into a folder of its own.
+    several = len(by_network) > 1
     for network, rows in by_network.items():
-        # A file of several networks runs once per network (the base's links
-        # are every row's), each into a folder of its own.
-        out = args.out if len(by_network) == 1 else args.out / network_folder(network)
-        if len(by_network) > 1:
+        out = args.out / network_folder(network) if several else args.out
+        if several:
             print(f"validate_ddl: network {network!r}: {len(rows)} rows, into {out}", file=sys.stderr)
         if len(missing[network]) == 3:
             print(f"validate_ddl: network {network!r} skipped: it holds the rows of no task", file=sys.stderr)
             continue
         for task, lacks in missing[network].items():
             print(f"validate_ddl: task {task} skipped: {args.data} holds no {lacks}"
-                  + (f" on {network!r}" if len(by_network) > 1 else ""), file=sys.stderr)
+                  + (f" on {network!r}" if several else ""), file=sys.stderr)
         text = run_study(rows, single, out, options, base_text, args.data.name, missing[network])
         print(text)
     print(f"validate_ddl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
@@ -646,11 +651,9 @@ def check_inputs(by_network: dict, single: dict, base_text: str, base_path: Path
             for network, rows in by_network.items():
                 base = mapped_base(base_text, Path(folder) / "base.toml", network)
                 for priority in (True, False):
-                    read_rows(write_rows(Path(folder) / "rows.csv", rows, single, measured=True, priority=priority),
-                              dict(base), labels=(METHOD_COLUMN,))
+                    mapped_rows(Path(folder), rows, single, base, priority)
     except SpecError as err:
-        print(f"validate_ddl: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        study_error("validate_ddl", err.key, err.value, err.reason)
 
 
 def network_folder(network: str) -> str:
