@@ -17,7 +17,7 @@ Variants (`VARIANTS`):
   tcp, RDMA latency   the fabric through TCP sockets (truth: 30 us per step,
                       3 GB/s, 20 us per call), the latency's prior still at
                       RoCE's 3 us (`inter.alpha` set in the base, as the
-                      mapping had it before `validate_ddl.through_tcp`)
+                      mapping had it before `ddl_mapping.through_tcp`)
   tcp                 the same rows, mapped as validate_ddl maps them now: the
                       data say TCP, so the inter link is 100gbe-tcp (30 us)
 Every other truth value is the 10GbE fit's (intra link, overheads,
@@ -43,6 +43,7 @@ from sweep import markdown_table, require_data, study_arguments, study_fit_optio
 from sweep.fit.predict import predict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ddl_mapping  # noqa: E402
 import validate_ddl as vd  # noqa: E402
 
 SCATTER = 0.02  # lognormal sigma of the synthetic measurements
@@ -80,7 +81,7 @@ def truth_throughputs(records: list[dict], single: dict, fabric: str) -> np.ndar
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "truth.toml").write_text(truth_toml(fabric))
-        mapped = list(csv.reader(vd.write_rows(folder / "rows.csv", records, single, measured=False).read_text()
+        mapped = list(csv.reader(ddl_mapping.write_rows(folder / "rows.csv", records, single, measured=False).read_text()
                                  .splitlines()))
         query = folder / "query.csv"
         with open(query, "w", newline="") as handle:  # the method column is a label, not a key

@@ -7,52 +7,19 @@ ResNet-50 (batch 64), BERT-Base (batch 64) and BERT-Large (batch 8), sequence
 length 64, PyTorch on 1 to 32 GPUs, 4 GPUs per node on PCIe 3.0, nodes on
 10GbE (TCP), seven ways of exchanging gradients.
 
-How the seven methods map onto the model (`scenario_keys`):
-  BSP-A2A            strategy bsp     all-reduce after the backward pass
-  WFBP-A2A           strategy wfbp    one all-reduce per tensor (Horovod, threshold 0)
-  MG-WFBP            strategy mgwfbp  the merged-gradient rule, its buckets planned as its
-                                      code plans them (`MGWFBP_PLANNER`: its own alpha-beta
-                                      table by process count, tensors under 8,192
-                                      parameters merged)
-  ByteScheduler-A2A  strategy priority, update layerwise: ByteScheduler's partitions
-                                      and credit as its launcher set them (16 MB, 64 MB:
-                                      `BYTESCHEDULER_A2A`), priority order and overlap with
-                                      the next forward pass; each forward and backward task
-                                      at least `compute.task_floor`, fitted to its one-node
-                                      rows (`with_task_floor`: its plugin's Python poller).
-                                      Its rows inform that floor alone, never the links.
-                                      Task c also maps it as WFBP-A2A (per tensor), with
-                                      the same floor, side by side
-  BSP-PS, WFBP-PS    strategy bsp / wfbp, algorithm ps (BytePS: S = nodes servers
-                     on machines of their own) with ps.pipelined, as BytePS streams
-                     tensor partitions through local reduce, push and pull; push/pull
-                     at a bandwidth of their own (`ps.bandwidth`, fitted when the
-                     training rows hold multi-node PS rows: `fit_keys`; else the
-                     inter line rate where the fitted links fill the wire:
-                     `PS_FILLS_WIRE`)
-  ByteScheduler-PS   as WFBP-PS: BytePS with scheduling at the servers, whose update
-                     is a barrier (not ByteScheduler's layer-wise plugin)
-The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `nccl`:
-NCCL's ring with its LL, LL128 and Simple protocols, the fastest for each
-bucket (kernels/nccl.py); it replaced `rhd` with the inter link's latency
-per step growing as NCCL's tree's inter-node steps do (`TREE_ALPHA_EXPONENT`,
-which still sets how the PS methods' push/pull latency grows): README
-"Validation against measurements" has both side by side.
-On one node the PS methods are modelled as a local all-reduce: the
-measurements show no network cost there (BSP-PS is within 6 % of BSP-A2A on
-4 GPUs for every model). Every row's compute comes from
-the measured single-GPU throughput (`compute.measured_throughput`, the
-1-GPU rows); GPUs are RTX 2080 Ti, links start from the catalog's pcie3 and
-10gbe, the intra link's latency from NCCL's LL hop on PCIe (1 us:
-`catalog.nccl_ll_hop`). BERT is BertForPreTraining, as the benchmark code trains
-it (`MODELS`: the zoo's `bert_*_pretraining`, with the masked-LM and
-next-sentence heads). The fit (`sweep.fit.calibrate`, shared by all rows) sets the intra link
-(alpha, bandwidth), the inter link (alpha, bandwidth) and the software
-overhead of one all-reduce call on each (`FIT`), and where multi-node PS
-rows train, what only their push/pull reads (`PS_FIT`: the inter link's
-protocol switch with a second latency/bandwidth pair, and `ps.bandwidth`),
+Each row becomes one scenario as `ddl_mapping` says (the seven methods onto
+strategies and algorithms: its docstring has the table; the file is read
+and checked by `ddl_data`). One fit per task (`sweep.fit.calibrate`, shared
+by all rows) sets the intra link (alpha, bandwidth), the inter link (alpha,
+bandwidth) and the software overhead of one all-reduce call on each
+(`FIT`), and where multi-node PS rows train, what only their push/pull
+reads (`PS_FIT`: the inter link's protocol switch with a second
+latency/bandwidth pair, and `ps.bandwidth`; else BytePS's push/pull at the
+inter line rate where the fitted links fill the wire: `PS_FILLS_WIRE`),
 within the physical bounds (bandwidths at most the wire allows at the line
-rate).
+rate). ByteScheduler-A2A's forward and backward tasks take a least time,
+`compute.task_floor`, fitted to its one-node rows (`with_task_floor`: its
+plugin's Python poller); its rows inform that floor alone, never the links.
 
 Three tasks, each against a naive baseline computed here:
   (a) scale-out: calibrate on rows with <= 8 GPUs, predict 16 and 32 GPUs;
@@ -74,35 +41,32 @@ seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
 single-gpu rows give each model's measured throughput, else its one-GPU
 rows of any method; `--single` takes them from another file of the same
 GPUs, e.g. the 10GbE file, for models the data has neither of); `--base` a scenario
-of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `BASE`),
+of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `ddl_mapping.BASE`),
 e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
-(`link_of_network`: "10gbe-tcp" -> 10gbe, "100GbE RoCE" -> 100gbe,
+(`network_labels.link_of_network`: "10gbe-tcp" -> 10gbe, "100GbE RoCE" -> 100gbe,
 "100Gb InfiniBand" or "IB EDR" -> ib-edr; 10gbe, with a note, where it
 names none). The mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
 does not set it, NCCL's LL hop latency as `intra.alpha` to any base
 that does not set the intra link's latency, and, where the file's
 `network` says TCP (or IPoIB), the base's fabric as used through TCP
-(`through_tcp`: `100gbe` -> `100gbe-tcp`, the socket stack's latency)
-unless the base sets the inter link's latency (`mapped_base`); a file of
+(`ddl_mapping.through_tcp`: `100gbe` -> `100gbe-tcp`, the socket stack's latency)
+unless the base sets the inter link's latency (`ddl_mapping.mapped_base`); a file of
 several networks runs once per network, each into OUT/<network>/. The folds
 run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
 
 Writes table.md (median and max relative error of model and baseline, per
-task and per method), predictions.csv (every predicted row) and the two
-FIT.toml files.
+task and per method), predictions.csv (every predicted row) and each task's
+fit_<task>.toml.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import functools
 import io
-import math
-import re
 import sys
 import tempfile
 import time
@@ -111,33 +75,16 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from sweep import (METHOD_COLUMN, Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds,
-                   markdown_table, read_base, read_rows, require_data, run_fold, study_arguments, study_error,
-                   study_fit_options, write_text)
+from sweep import (Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds, markdown_table,
+                   read_base, require_data, run_fold, study_arguments, study_error, study_fit_options, write_text)
 from sweep.errors import SpecError
 from sweep.fit import optimise
-from sweep.scenario import catalog
-from sweep.scenario.schema import KEYS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from network_labels import label_words, link_of_network, says_tcp  # noqa: E402
+from ddl_data import DATA, load  # noqa: E402
+from ddl_mapping import BASE, METHODS, mapped_base, mapped_rows  # noqa: E402
+from network_labels import label_words  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
-# The inter link's latency per step grows with the processes as NCCL's tree
-# does: `rhd` charges 2 ceil(log2 P) steps, NCCL's tree 2 ceil(log2 n)
-# inter-node steps (its intra-node chain is on the intra link), so from 8 to
-# 32 GPUs at 4 per node rhd's steps grow 10/6 and the tree's 6/2; latency per
-# step times (P/2)**e makes the first the second when 4**e = 1.8 (e = 0.42;
-# exact at 8 and 32 GPUs, 1.79x against 2x at 16). README: tried and kept.
-TREE_ALPHA_EXPONENT = 0.42
-# NCCL's protocols for every all-reduce (the A2A methods, and the PS methods'
-# local reduce on one node): held out, (a) 4.0 / 25.5 -> 4.0 / 18.9 % and
-# (b) 8.9 / 31.2 -> 6.6 / 40.0 % against `rhd` with TREE_ALPHA_EXPONENT (README).
-ALLREDUCE = "nccl"
-# The 10GbE cluster's GPU and intra link; the inter link is the one the data's
-# `network` names (`link_of_network`: 10gbe for the 10GbE file).
-BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\n'
-        f'alpha_exponent = {TREE_ALPHA_EXPONENT}\n')
 # The links' latency and bandwidth, plus the per-call software overhead of
 # each link: it halved the cross-method error out of sample (README
 # "Validation against measurements": what was tried, kept and dropped).
@@ -168,165 +115,9 @@ FLOOR_FIT = ("compute.task_floor",)
 # keeps the collective's bandwidth. README: tried and kept.
 PS_FILLS_WIRE = 0.8
 FLOORED_METHODS = ("ByteScheduler-A2A",)
-# The benchmark code trains BERT as Hugging Face's BertForPreTraining (ddl-benchmarks,
-# */bert_benchmark.py): its masked-LM and next-sentence heads on top of the encoder,
-# the decoder onto the vocabulary tied to the word embeddings. README: tried and kept.
-MODELS = {"bert_base": "bert_base_pretraining", "bert_large": "bert_large_pretraining"}
-METHODS = {  # method -> (strategy, family)
-    "BSP-A2A": ("bsp", "a2a"), "WFBP-A2A": ("wfbp", "a2a"), "MG-WFBP": ("mgwfbp", "a2a"),
-    "ByteScheduler-A2A": ("wfbp", "a2a"), "BSP-PS": ("bsp", "ps"), "WFBP-PS": ("wfbp", "ps"),
-    "ByteScheduler-PS": ("wfbp", "ps"),
-}
-# MG-WFBP as the measured code plans it (ddl-benchmarks, mgwfbp/hv_distributed_optimizer.py,
-# `_generate_groups_mgwfbp`, with layer-wise times given, as its imagenet and bert benchmarks do):
-# its own all-reduce model alpha + beta * bytes from a table by process count, and tensors of
-# under 8,192 parameters always merged. Its launcher (mgwfbp/horovod_mpi_cj.sh) takes the 10GbE
-# table on 10GbE and passes --rdma, the InfiniBand table, on the 100 Gb fabric (RDMA or TCP).
-MGWFBP_PLANNER = {  # workers -> (alpha [s], beta [s/byte])
-    "10gbe": {2: (2.554691138304671e-06, 9.837548167872609e-11), 4: (4.204298980348825e-05, 2.0589360830118177e-10),
-              8: (5.230272768511732e-04, 8.570746975492128e-10), 16: (9.080981007148093e-04, 7.395651186836712e-10),
-              32: (3 * 1.3476410788581382e-03, 8.643300782166769e-10),
-              64: (3 * 2.3476410788581382e-03, 9.643300782166769e-10)},
-    "ib": {2: (2.554691138304671e-06, 9.837548167872609e-11), 4: (4.204298980348825e-05, 2.0589360830118177e-10),
-           8: (9.75367204301171e-05, 3.0568230536676206e-10), 16: (3 * 2.3583677659915685e-04, 4.0594787739537565e-10),
-           32: (4.0632079996292579e-04, 1.5 * 3.2713239529771973e-10),
-           64: (8.0632079996292579e-04, 1.8 * 3.2713239529771973e-10)},
-}
-MGWFBP_MIN_PARAMS = 8192
-COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha", "mgwfbp.bandwidth",
-           "mgwfbp.min_params", "compute.measured_throughput", "throughput")
 BYTESCHEDULER = ("ByteScheduler-A2A", "ByteScheduler-PS")
-# ByteScheduler-A2A as the measured code ran it (ddl-benchmarks
-# bytescheduler/horovod_mpi_cj.sh): ByteScheduler's PyTorch
-# ScheduledOptimizer, whose forward pre-hooks wait for each layer's update
-# (update = "layerwise"), with BYTESCHEDULER_PARTITION = 4,000,000 and
-# BYTESCHEDULER_CREDIT = 16,000,000 *parameters* (its core counts a tensor's
-# elements: bytescheduler/pytorch/horovod_task.py `_tensor_size`), float32:
-# 16 MB partitions and a 64 MB credit, credit tuning off. (Its own defaults,
-# 1,000,000 and 4,000,000 parameters, were this mapping's before: README.)
-# ByteScheduler-PS is not that plugin: byteps/launch.sh with bytescheduler=1
-# runs BytePS's own DistributedOptimizer, whose step() waits for every
-# push/pull (an update barrier, which the priority strategy does not
-# describe), with scheduling at the servers (BYTEPS_SERVER_ENABLE_SCHEDULE):
-# it keeps WFBP-PS's mapping in both.
-BYTESCHEDULER_A2A = {"strategy": "priority", "update": "layerwise", "partition_bytes": 16_000_000,
-                     "credit_bytes": 64_000_000.0}
 FULL = FitOptions()
 QUICK = FitOptions(starts=2, steps=300, polish=100)
-
-
-def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[str, float]]:
-    """(multi-GPU records, single-GPU throughput per model) from the CSV.
-    A model's single-GPU throughput is its `single-gpu` row's; else the
-    median of its one-GPU rows of any method (one GPU uses no network), with
-    a note; else the `single-gpu` row of `single_path` (`--single`: another
-    file of the same GPUs). One-GPU rows train nothing. A bad cell exits 2
-    with one line naming its column, value and line."""
-    records = read_records(path)
-    single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
-    one_gpu = {}
-    for r in records:
-        if r["method"] != "single-gpu" and r["gpus"] == 1 and r["dnn"] not in single:
-            one_gpu.setdefault(r["dnn"], []).append(r["throughput"])
-    for dnn, throughputs in one_gpu.items():
-        single[dnn] = float(np.median(throughputs))
-        print(f"validate_ddl: {dnn} has no single-gpu row: its single-GPU throughput is the median of its "
-              f"{len(throughputs)} one-GPU row(s), {single[dnn]:.6g}", file=sys.stderr)
-    rows = [r for r in records if r["method"] != "single-gpu" and r["gpus"] > 1]
-    if not rows:
-        study_error("validate_ddl", "data", str(path), "holds no row on more than one GPU")
-    if single_path is not None:
-        batches = {(r["dnn"], r["batch_size"], r["seq_len"]) for r in rows}
-        models = {r["dnn"] for r in rows}
-        for r in read_records(single_path):
-            if r["method"] != "single-gpu" or r["dnn"] in single or r["dnn"] not in models:
-                continue
-            if (r["dnn"], r["batch_size"], r["seq_len"]) not in batches:
-                study_error("validate_ddl", "batch_size", r["batch_size"],
-                            f"{single_path}: {r['dnn']}'s single-gpu row is not at the batch size and "
-                            f"sequence length of {path}'s rows")
-            single[r["dnn"]] = r["throughput"]
-    for r in rows:
-        if r["dnn"] not in single:
-            study_error("validate_ddl", "dnn", r["dnn"],
-                        f"{path}: has no single-gpu row to give its measured throughput "
-                        f"(--single FILE takes it from another file of the same GPUs)")
-    return rows, single
-
-
-# The columns a data file needs (seq_len, throughput_std and others may be absent).
-DATA_COLUMNS = ("dnn", "batch_size", "network", "method", "gpus", "nodes", "gpus_per_node", "throughput")
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every row of a file in the 10GbE file's format, its numbers parsed."""
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(line for line in handle if not line.startswith("#"))
-        records = list(reader)
-        columns = reader.fieldnames or []
-    lacking = [c for c in DATA_COLUMNS if c not in columns]
-    if lacking:
-        study_error("validate_ddl", "columns", ", ".join(columns), f"{path}: needs {', '.join(lacking)} too")
-    for line, r in enumerate(records, start=2):
-        r["seq_len"] = r.get("seq_len") or ""  # optional: models without a sequence
-        for column in ("batch_size", "seq_len"):  # kept as text; scenario_keys reads them as numbers
-            if (r[column] or column == "batch_size") and not re.fullmatch(r"\d+(\.0*)?", (r[column] or "").strip()):
-                study_error("validate_ddl", column, r[column], f"{path}, line {line}: not a whole number")
-        for column, kind in (("gpus", int), ("nodes", int), ("gpus_per_node", int), ("throughput", float)):
-            try:
-                r[column] = kind(r.get(column))
-            except (TypeError, ValueError):
-                study_error("validate_ddl", column, r.get(column), f"{path}, line {line}: not a number")
-            if not (math.isfinite(r[column]) and r[column] > 0):
-                study_error("validate_ddl", column, r[column], f"{path}, line {line}: must be positive")
-        if r["gpus"] != r["nodes"] * r["gpus_per_node"]:
-            study_error("validate_ddl", "gpus", r["gpus"], f"{path}, line {line}: not nodes x gpus_per_node "
-                                                          f"({r['nodes']} x {r['gpus_per_node']})")
-        if r.get("method") not in (*METHODS, "single-gpu"):
-            study_error("validate_ddl", "method", r.get("method"),
-                        f"{path}, line {line}: one of {', '.join(METHODS)} or single-gpu")
-    return records
-
-
-def scenario_keys(record: dict, single: dict[str, float], priority: bool = True) -> dict:
-    """The scenario of one measured configuration (the mapping in the docstring);
-    `priority` maps ByteScheduler-A2A onto the priority strategy."""
-    strategy, family = METHODS[record["method"]]
-    keys = {"model": MODELS.get(record["dnn"], record["dnn"]), "batch_size": int(float(record["batch_size"])),
-            "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
-            "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
-            "algorithm": ALLREDUCE, "ps.pipelined": "", "update": "", "partition_bytes": "", "credit_bytes": "",
-            "compute.measured_throughput": single[record["dnn"]]}
-    if priority and record["method"] == "ByteScheduler-A2A":
-        keys.update(BYTESCHEDULER_A2A)
-    if family == "ps" and record["nodes"] > 1:
-        keys.update({"algorithm": "ps", "ps.pipelined": "true"})
-    keys.update({"mgwfbp.alpha": "", "mgwfbp.bandwidth": "", "mgwfbp.min_params": ""})
-    if strategy == "mgwfbp":
-        alpha, beta = mgwfbp_planner(record["network"], record["gpus"])
-        keys.update({"mgwfbp.alpha": alpha, "mgwfbp.bandwidth": 1.0 / beta, "mgwfbp.min_params": MGWFBP_MIN_PARAMS})
-    return keys
-
-
-def mgwfbp_planner(network: str, workers: int) -> tuple[float, float]:
-    """(alpha, beta) of MG-WFBP's own all-reduce model for `workers` processes:
-    its 10GbE table when the network's name says 10GbE, else (the faster
-    fabric) its InfiniBand table; a count the table lacks takes the nearest
-    one (in log)."""
-    table = MGWFBP_PLANNER["10gbe" if link_of_network(network) == "10gbe" else "ib"]
-    nearest = min(table, key=lambda p: abs(math.log(p / workers)))
-    return table[nearest]
-
-
-def write_rows(path: Path, records: list[dict], single: dict, measured: bool, priority: bool = True) -> Path:
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        for r in records:
-            keys = {**scenario_keys(r, single, priority), "method": r["method"]}
-            writer.writerow([keys[c] for c in COLUMNS[:-1]] + [r["throughput"] if measured else ""])
-    return path
 
 
 def fit_keys(train: list[dict]) -> list[str]:
@@ -399,64 +190,6 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, links, base: di
     out = with_point(rows, key, floor, lambda i: records[i]["method"] in methods)
     return out, Fold(fold.name, train, fold.test), floor
 
-
-def mapped_base(base_text: str, path: Path, network: str = "") -> dict:
-    """The fixed keys under every row: the base's, NCCL's tree latency
-    growth (`TREE_ALPHA_EXPONENT`) unless the base sets `inter.alpha_exponent`
-    itself, and, unless it sets the intra link's latency, that link's hop
-    latency as NCCL's LL protocol has it (`catalog.nccl_ll_hop`; the link
-    the base names, else the scenario default's): with `algorithm = "nccl"`
-    a link's alpha is its LL hop, and the catalog's (5 us for pcie3) is a
-    point-to-point message latency; as the intra link's start and prior
-    centre NCCL's figure extrapolates better (README: tried and kept).
-    Both belong to the mapping of the all-to-all methods, not to one
-    network, so a `--base` for another cluster gets them too. Unless the
-    base names the inter link, the link the data's `network` names
-    (`link_of_network`); and where it says TCP, that link as used through
-    TCP (`through_tcp`)."""
-    path.write_text(base_text)
-    base = through_tcp(with_network_link(read_base(path), network), network)
-    base.setdefault("inter.alpha_exponent", TREE_ALPHA_EXPONENT)
-    base.setdefault("intra.alpha", catalog.nccl_ll_hop(base.get("intra.name", KEYS["intra.name"].default)))
-    return base
-
-
-def with_network_link(base: dict, network: str) -> dict:
-    """`base` with the inter link the data's `network` names, unless it
-    names one itself; the scenario default (10gbe) where the label names
-    none, with a note to name it in `--base`."""
-    if "inter.name" in base or not network:
-        return base
-    link = link_of_network(network)
-    if link is None:
-        print(f"validate_ddl: network {network!r} names no catalog link: inter link "
-              f"{KEYS['inter.name'].default} (name yours in --base)", file=sys.stderr)
-        return base
-    return {**base, "inter.name": link}
-
-
-def through_tcp(base: dict, network: str) -> dict:
-    """`base` with its inter link's TCP entry (`<name>-tcp`: the same wire,
-    the socket stack's latency, `catalog.TCP_LATENCY`) when the data's
-    `network` says TCP and the base neither sets the link's latency nor
-    names a link that is TCP already (10gbe, or one without such an
-    entry). The latency is the fit's start and prior centre: around an
-    RDMA fabric's 3 us, a TCP stack's latency per step extrapolates
-    wrongly (README: synthetic fabrics)."""
-    name = base.get("inter.name", KEYS["inter.name"].default)
-    if not says_tcp(network) or "inter.alpha" in base or f"{name}-tcp" not in catalog.LINKS:
-        return base
-    print(f"validate_ddl: network {network!r} is TCP: inter link {name}-tcp (the socket stack's latency)",
-          file=sys.stderr)
-    return {**base, "inter.name": f"{name}-tcp"}
-
-
-def mapped_rows(folder: Path, records: list[dict], single: dict, base: dict, priority: bool) -> list:
-    """`records` as the fit reads them: their scenarios (`scenario_keys`)
-    written to `folder` and read back under `base`."""
-    data = write_rows(folder / ("rows.csv" if priority else "wfbp_rows.csv"), records, single, measured=True,
-                      priority=priority)
-    return read_rows(data, dict(base), labels=(METHOD_COLUMN,))[1]
 
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,

@@ -28,7 +28,9 @@ def test_noise_free_rows_are_the_truth_as_validate_ddl_maps_the_file(tmp_path):
                                rtol=1e-5)
     # MG-WFBP planned with the fabric's (InfiniBand) table, not 10GbE's: the label matters
     mg = [r for r in records if r["method"] == "MG-WFBP" and r["gpus"] >= 8]
-    assert all(vd.scenario_keys(r, single)["mgwfbp.alpha"] == vd.MGWFBP_PLANNER["ib"][r["gpus"]][0] for r in mg)
+    mapping = sf.ddl_mapping
+    assert all(mapping.scenario_keys(r, single)["mgwfbp.alpha"] == mapping.MGWFBP_PLANNER["ib"][r["gpus"]][0]
+               for r in mg)
     noisy, _ = vd.load(sf.synthesize("tcp", tmp_path / "noisy.csv", scatter=0.05, seed=1))
     spread = np.std(np.log([n["throughput"] / c["throughput"] for n, c in zip(noisy, records)]))
     assert 0.03 < spread < 0.07

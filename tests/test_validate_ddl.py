@@ -1,4 +1,4 @@
-"""experiments/validate_ddl.py: the method mapping, the naive baselines, and (slow) a --quick run."""
+"""experiments/validate_ddl.py, ddl_data and ddl_mapping: the method mapping, the baselines, (slow) --quick runs."""
 from __future__ import annotations
 
 import csv
@@ -16,6 +16,10 @@ DATA = ROOT / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
 needs_data = pytest.mark.skipif(not DATA.exists(), reason=f"measured data not available: {DATA} is absent")
 
 
+MAPPING = load_study("ddl_mapping")  # methods -> scenario keys
+LABELS = load_study("network_labels")
+
+
 def module():
     return load_study("validate_ddl")
 
@@ -27,7 +31,7 @@ def test_every_row_maps_to_a_valid_scenario():
     assert set(single) == {"resnet50", "bert_base", "bert_large"}
     assert {r["method"] for r in records} == set(vd.METHODS)
     for r in records:
-        keys = vd.scenario_keys(r, single)
+        keys = MAPPING.scenario_keys(r, single)
         scenario = {k: v for k, v in keys.items() if v != ""}
         if scenario.get("ps.pipelined") == "true":
             scenario["ps.pipelined"] = True
@@ -38,7 +42,7 @@ def test_every_row_maps_to_a_valid_scenario():
         else:
             assert spec.fixed["algorithm"] == "nccl"  # NCCL's ring and protocols
     # Task (c) also predicts ByteScheduler as the WFBP of its family
-    pick = {(r["method"], r["nodes"]): vd.scenario_keys(r, single, priority=False)
+    pick = {(r["method"], r["nodes"]): MAPPING.scenario_keys(r, single, priority=False)
             for r in records if r["dnn"] == "resnet50"}
     for family in ("A2A", "PS"):
         a, b = pick[(f"ByteScheduler-{family}", 4)], pick[(f"WFBP-{family}", 4)]
@@ -48,7 +52,7 @@ def test_every_row_maps_to_a_valid_scenario():
         # ran BytePS's own optimizer (an update barrier) and keeps WFBP-PS's mapping
         records_4 = [r for r in records if r["dnn"] == "resnet50" and r["nodes"] == 4]
         record = next(r for r in records_4 if r["method"] == f"ByteScheduler-{family}")
-        keys = vd.scenario_keys(record, single)
+        keys = MAPPING.scenario_keys(record, single)
         if family == "A2A":
             assert keys["strategy"] == "priority" and keys["update"] == "layerwise"
             assert (keys["partition_bytes"], keys["credit_bytes"]) == (16_000_000, 64_000_000)
@@ -92,7 +96,7 @@ def test_bytescheduler_a2a_rows_inform_only_their_floor(tmp_path, monkeypatch):
     vd = module()
     records, single = vd.load(vd.DATA)
     base = vd.mapped_base(vd.BASE, tmp_path / "base.toml")
-    rows, wfbp_rows = ([*read_rows(vd.write_rows(tmp_path / f"{p}.csv", records, single, True, priority=p),
+    rows, wfbp_rows = ([*read_rows(MAPPING.write_rows(tmp_path / f"{p}.csv", records, single, True, priority=p),
                                    dict(base), labels=("method",))[1]] for p in (True, False))
     fold = make_folds(rows, split="gpus", cut=8)[0]
     calls = []
@@ -161,10 +165,10 @@ def test_ps_push_pull_at_the_line_rate_only_where_no_ps_row_trains_and_the_links
 def test_any_base_gets_the_tree_latency_growth_unless_it_sets_its_own(tmp_path):
     vd = module()
     other = vd.mapped_base('gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "100gbe"\n', tmp_path / "a.toml")
-    assert other["inter.alpha_exponent"] == vd.TREE_ALPHA_EXPONENT and other["inter.name"] == "100gbe"
+    assert other["inter.alpha_exponent"] == MAPPING.TREE_ALPHA_EXPONENT and other["inter.name"] == "100gbe"
     own = vd.mapped_base('[inter]\nname = "10gbe"\nalpha_exponent = 0.0\n', tmp_path / "b.toml")
     assert own["inter.alpha_exponent"] == 0.0
-    assert vd.mapped_base(vd.BASE, tmp_path / "c.toml")["inter.alpha_exponent"] == vd.TREE_ALPHA_EXPONENT
+    assert vd.mapped_base(vd.BASE, tmp_path / "c.toml")["inter.alpha_exponent"] == MAPPING.TREE_ALPHA_EXPONENT
 
 
 def test_the_intra_link_starts_at_nccls_ll_hop_unless_the_base_sets_its_latency(tmp_path):
@@ -186,8 +190,8 @@ def test_a_network_used_through_tcp_takes_the_fabrics_tcp_link(tmp_path, capsys)
     centre); not where the base sets the latency itself, names a link that
     is TCP already (10gbe) or the network is RDMA."""
     vd = module()
-    assert vd.says_tcp("100gbe-tcp") and vd.says_tcp("100Gb IPoIB") and vd.says_tcp("10gbe-tcp")
-    assert not vd.says_tcp("100gb-rdma") and not vd.says_tcp("tcpx")
+    assert LABELS.says_tcp("100gbe-tcp") and LABELS.says_tcp("100Gb IPoIB") and LABELS.says_tcp("10gbe-tcp")
+    assert not LABELS.says_tcp("100gb-rdma") and not LABELS.says_tcp("tcpx")
     fabric = 'gpu = "rtx2080ti"\nintra = "pcie3"\ninter = "ib-edr"\n'
     tcp = vd.mapped_base(fabric, tmp_path / "a.toml", "100gb-ib-tcp")
     assert tcp["inter.name"] == "ib-edr-tcp" and "inter.alpha" not in tcp
@@ -208,7 +212,7 @@ def test_the_inter_link_is_the_one_the_network_names_unless_the_base_names_one(t
              "100Gb InfiniBand": "ib-edr", "100gbib": "ib-edr", "100Gb IPoIB": "ib-edr", "200Gb HDR IB": "ib-hdr",
              "ib-ndr-tcp": "ib-ndr", "25GbE": "25gbe", "ib100": "ib-edr", "IB-100-tcp": "ib-edr",
              "2x100Gbps IB": "ib-edr", "10Gb Ethernet": "10gbe", "efa": None, "nvlink3": None, "": None}
-    assert {label: vd.link_of_network(label) for label in names} == names
+    assert {label: LABELS.link_of_network(label) for label in names} == names
     assert vd.mapped_base(vd.BASE, tmp_path / "a.toml", "10gbe-tcp")["inter.name"] == "10gbe"
     assert vd.mapped_base(vd.BASE, tmp_path / "b.toml", "100gb-rdma")["inter.name"] == "100gbe"
     assert vd.mapped_base(vd.BASE, tmp_path / "c.toml", "100Gb IPoIB")["inter.name"] == "ib-edr-tcp"
@@ -312,7 +316,7 @@ def test_a_file_without_a_needed_column_or_with_a_bad_batch_exits_2(tmp_path, ca
                     "resnet50,64,10gbe,single-gpu,1,1,1,250\nresnet50,64.0,10gbe,WFBP-A2A,8,2,4,1900\n")
     rows, single = vd.load(path)
     assert rows[0]["seq_len"] == "" and single == {"resnet50": 250.0}
-    assert vd.scenario_keys(rows[0], single)["batch_size"] == 64
+    assert MAPPING.scenario_keys(rows[0], single)["batch_size"] == 64
     head = "dnn,batch_size,network,method,gpus,nodes,gpus_per_node,throughput\n"
     for text, key in (("dnn,network,method,gpus\nresnet50,10gbe,single-gpu,1\n", "columns"),
                       (head + "resnet50,6a4,10gbe,single-gpu,1,1,1,250\n", "batch_size"),
@@ -350,31 +354,29 @@ def test_a_bad_base_or_model_exits_2_before_any_output(tmp_path, capsys, base, d
 def test_bert_rows_map_onto_bertforpretraining():
     """The benchmark code trains Hugging Face's BertForPreTraining: BERT rows
     name the zoo's `bert_*_pretraining`, ResNet-50 stays itself."""
-    vd = module()
     single = {"bert_base": 212.8, "resnet50": 253.1}
     row = {"method": "WFBP-A2A", "batch_size": "64", "seq_len": "64", "nodes": 2, "gpus_per_node": 4,
            "gpus": 8, "network": "10gbe-tcp"}
-    assert vd.scenario_keys({**row, "dnn": "bert_base"}, single)["model"] == "bert_base_pretraining"
-    assert vd.scenario_keys({**row, "dnn": "resnet50", "seq_len": ""}, single)["model"] == "resnet50"
+    assert MAPPING.scenario_keys({**row, "dnn": "bert_base"}, single)["model"] == "bert_base_pretraining"
+    assert MAPPING.scenario_keys({**row, "dnn": "resnet50", "seq_len": ""}, single)["model"] == "resnet50"
 
 
 def test_mgwfbp_rows_plan_with_the_codes_own_table():
     """MG-WFBP's planner: the 10GbE table on 10GbE (0.52 ms at 8 processes,
     the published constant), the InfiniBand one on any other network, the
     nearest count in log where the table has none; other methods unplanned."""
-    vd = module()
     record = {"dnn": "resnet50", "batch_size": "64", "seq_len": "", "network": "10gbe-tcp", "method": "MG-WFBP",
               "gpus": 8, "nodes": 2, "gpus_per_node": 4}
-    keys = vd.scenario_keys(record, {"resnet50": 253.1})
+    keys = MAPPING.scenario_keys(record, {"resnet50": 253.1})
     assert keys["mgwfbp.alpha"] == pytest.approx(5.230272768511732e-04)
     assert keys["mgwfbp.bandwidth"] == pytest.approx(1 / 8.570746975492128e-10)
     assert keys["mgwfbp.min_params"] == 8192
     load_spec({k: v for k, v in keys.items() if v != ""})
-    assert vd.mgwfbp_planner("100Gb-IB-RDMA", 8) == vd.MGWFBP_PLANNER["ib"][8]
-    assert vd.mgwfbp_planner("100GbE", 8) == vd.MGWFBP_PLANNER["ib"][8]  # not 10GbE
-    assert vd.mgwfbp_planner("10GbE", 12) == vd.MGWFBP_PLANNER["10gbe"][16]  # 12/8 > 16/12
-    assert vd.mgwfbp_planner("10Gb Ethernet", 8) == vd.MGWFBP_PLANNER["10gbe"][8]
-    wfbp = vd.scenario_keys({**record, "method": "WFBP-A2A"}, {"resnet50": 253.1})
+    assert MAPPING.mgwfbp_planner("100Gb-IB-RDMA", 8) == MAPPING.MGWFBP_PLANNER["ib"][8]
+    assert MAPPING.mgwfbp_planner("100GbE", 8) == MAPPING.MGWFBP_PLANNER["ib"][8]  # not 10GbE
+    assert MAPPING.mgwfbp_planner("10GbE", 12) == MAPPING.MGWFBP_PLANNER["10gbe"][16]  # 12/8 > 16/12
+    assert MAPPING.mgwfbp_planner("10Gb Ethernet", 8) == MAPPING.MGWFBP_PLANNER["10gbe"][8]
+    wfbp = MAPPING.scenario_keys({**record, "method": "WFBP-A2A"}, {"resnet50": 253.1})
     assert wfbp["mgwfbp.alpha"] == wfbp["mgwfbp.bandwidth"] == wfbp["mgwfbp.min_params"] == ""
 
 

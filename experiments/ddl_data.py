@@ -1,0 +1,97 @@
+"""Reading a file in the ddl-benchmarks 10GbE file's format.
+
+Columns dnn, batch_size, seq_len (optional), network, method, gpus, nodes,
+gpus_per_node, throughput; one row per measured configuration, the
+`single-gpu` rows giving each model's measured single-GPU throughput.
+Every cell is checked as it is read: a bad one exits 2 with one line
+naming its column, value and line (`sweep.study_error`).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from sweep import study_error
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddl_mapping import METHODS  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ddl_benchmarks_10gbe.csv"
+
+
+def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[str, float]]:
+    """(multi-GPU records, single-GPU throughput per model) from the CSV.
+    A model's single-GPU throughput is its `single-gpu` row's; else the
+    median of its one-GPU rows of any method (one GPU uses no network), with
+    a note; else the `single-gpu` row of `single_path` (`--single`: another
+    file of the same GPUs). One-GPU rows train nothing. A bad cell exits 2
+    with one line naming its column, value and line."""
+    records = read_records(path)
+    single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
+    one_gpu = {}
+    for r in records:
+        if r["method"] != "single-gpu" and r["gpus"] == 1 and r["dnn"] not in single:
+            one_gpu.setdefault(r["dnn"], []).append(r["throughput"])
+    for dnn, throughputs in one_gpu.items():
+        single[dnn] = float(np.median(throughputs))
+        print(f"validate_ddl: {dnn} has no single-gpu row: its single-GPU throughput is the median of its "
+              f"{len(throughputs)} one-GPU row(s), {single[dnn]:.6g}", file=sys.stderr)
+    rows = [r for r in records if r["method"] != "single-gpu" and r["gpus"] > 1]
+    if not rows:
+        study_error("validate_ddl", "data", str(path), "holds no row on more than one GPU")
+    if single_path is not None:
+        batches = {(r["dnn"], r["batch_size"], r["seq_len"]) for r in rows}
+        models = {r["dnn"] for r in rows}
+        for r in read_records(single_path):
+            if r["method"] != "single-gpu" or r["dnn"] in single or r["dnn"] not in models:
+                continue
+            if (r["dnn"], r["batch_size"], r["seq_len"]) not in batches:
+                study_error("validate_ddl", "batch_size", r["batch_size"],
+                            f"{single_path}: {r['dnn']}'s single-gpu row is not at the batch size and "
+                            f"sequence length of {path}'s rows")
+            single[r["dnn"]] = r["throughput"]
+    for r in rows:
+        if r["dnn"] not in single:
+            study_error("validate_ddl", "dnn", r["dnn"],
+                        f"{path}: has no single-gpu row to give its measured throughput "
+                        f"(--single FILE takes it from another file of the same GPUs)")
+    return rows, single
+
+
+# The columns a data file needs (seq_len, throughput_std and others may be absent).
+DATA_COLUMNS = ("dnn", "batch_size", "network", "method", "gpus", "nodes", "gpus_per_node", "throughput")
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every row of a file in the 10GbE file's format, its numbers parsed."""
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(line for line in handle if not line.startswith("#"))
+        records = list(reader)
+        columns = reader.fieldnames or []
+    lacking = [c for c in DATA_COLUMNS if c not in columns]
+    if lacking:
+        study_error("validate_ddl", "columns", ", ".join(columns), f"{path}: needs {', '.join(lacking)} too")
+    for line, r in enumerate(records, start=2):
+        r["seq_len"] = r.get("seq_len") or ""  # optional: models without a sequence
+        for column in ("batch_size", "seq_len"):  # kept as text; scenario_keys reads them as numbers
+            if (r[column] or column == "batch_size") and not re.fullmatch(r"\d+(\.0*)?", (r[column] or "").strip()):
+                study_error("validate_ddl", column, r[column], f"{path}, line {line}: not a whole number")
+        for column, kind in (("gpus", int), ("nodes", int), ("gpus_per_node", int), ("throughput", float)):
+            try:
+                r[column] = kind(r.get(column))
+            except (TypeError, ValueError):
+                study_error("validate_ddl", column, r.get(column), f"{path}, line {line}: not a number")
+            if not (math.isfinite(r[column]) and r[column] > 0):
+                study_error("validate_ddl", column, r[column], f"{path}, line {line}: must be positive")
+        if r["gpus"] != r["nodes"] * r["gpus_per_node"]:
+            study_error("validate_ddl", "gpus", r["gpus"], f"{path}, line {line}: not nodes x gpus_per_node "
+                                                          f"({r['nodes']} x {r['gpus_per_node']})")
+        if r.get("method") not in (*METHODS, "single-gpu"):
+            study_error("validate_ddl", "method", r.get("method"),
+                        f"{path}, line {line}: one of {', '.join(METHODS)} or single-gpu")
+    return records
