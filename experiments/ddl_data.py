@@ -55,6 +55,8 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
                             f"{single_path}: {r['dnn']}'s single-gpu row is not at the batch size and "
                             f"sequence length of {path}'s rows")
             single[r["dnn"]] = r["throughput"]
+            print(f"validate_ddl: {r['dnn']} has no one-GPU row: its single-GPU throughput is {single_path.name}'s "
+                  f"single-gpu row, {r['throughput']:.6g}", file=sys.stderr)
     for r in rows:
         if r["dnn"] not in single:
             study_error("validate_ddl", "dnn", r["dnn"],

@@ -40,7 +40,8 @@ skipped with a note (`missing_rows`); a file that holds none exits 2.
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
 single-gpu rows give each model's measured throughput, else its one-GPU
 rows of any method; `--single` takes them from another file of the same
-GPUs, e.g. the 10GbE file, for models the data has neither of); `--base` a scenario
+GPUs for models the data has neither of; without `--single` and `--base`,
+whose default GPUs are the 10GbE cluster's, the 10GbE file: `single_source`); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `ddl_mapping.BASE`),
 e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
@@ -331,7 +332,8 @@ def arguments(argv):
                                                       "10GbE cluster's GPU and PCIe link; the inter link the "
                                                       "data's network names)")
         parser.add_argument("--single", type=Path, help="single-gpu rows for models the data has none of, "
-                                                        "from another file of the same GPUs")
+                                                        "from another file of the same GPUs (default, without "
+                                                        "--base: the 10GbE file)")
     return study_arguments("validate_ddl", __doc__.splitlines()[0], argv, extra=data_and_base, fits=True)
 
 
@@ -343,7 +345,7 @@ def main(argv=None) -> int:
     if args.base is not None and not args.base.is_file():
         study_error("validate_ddl", "base", str(args.base), "not found")
     started = time.perf_counter()
-    records, single = load(args.data, args.single)
+    records, single = load(args.data, single_source(args))
     base_text = args.base.read_text() if args.base else BASE
     options = study_fit_options(args, QUICK if args.quick else FULL)
     by_network = {}
@@ -371,6 +373,19 @@ def main(argv=None) -> int:
         print(text)
     print(f"validate_ddl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def single_source(args) -> Path | None:
+    """The file whose single-gpu rows serve models the data has no one-GPU
+    row of: `--single`; else, under the default base (the 10GbE cluster's
+    RTX 2080 Ti), the 10GbE file where it is there and is not the data
+    itself (one GPU uses no network, so a faster fabric's file of the same
+    cluster need not repeat them); else none."""
+    if args.single is not None:
+        return args.single
+    if args.base is None and DATA.is_file() and args.data.resolve() != DATA.resolve():
+        return DATA
+    return None
 
 
 def check_inputs(by_network: dict, single: dict, base_text: str, base_path: Path | None) -> None:

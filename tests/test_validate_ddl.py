@@ -282,6 +282,27 @@ def test_single_gpu_rows_from_another_file(tmp_path, capsys):
     assert exit_.value.code == 2 and "single = " in capsys.readouterr().err
 
 
+@needs_data
+def test_single_gpu_rows_default_to_the_10gbe_file_under_the_default_base(tmp_path, capsys):
+    """Without --single and --base (whose GPUs are the 10GbE cluster's), a
+    model the data has no one-GPU row of takes the 10GbE file's single-gpu
+    row, with a note; with a --base, or on the 10GbE file itself, no file is
+    assumed; --single wins."""
+    import argparse
+    vd = module()
+    fast = tmp_path / "fast.csv"
+    fast.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput\n"
+                    "resnet50,64,,100gbib,WFBP-A2A,8,2,4,1990\n")
+    args = argparse.Namespace(data=fast, base=None, single=None)
+    assert vd.single_source(args) == vd.DATA
+    assert vd.single_source(argparse.Namespace(data=fast, base=tmp_path / "b.toml", single=None)) is None
+    assert vd.single_source(argparse.Namespace(data=vd.DATA, base=None, single=None)) is None
+    assert vd.single_source(argparse.Namespace(data=fast, base=None, single=fast)) == fast
+    _, single = vd.load(fast, vd.single_source(args))
+    assert single == {"resnet50": vd.load(vd.DATA)[1]["resnet50"]}
+    assert f"{vd.DATA.name}'s single-gpu row" in capsys.readouterr().err
+
+
 def test_tasks_the_data_cannot_hold_are_skipped(tmp_path, capsys):
     """A file with fewer methods or GPU counts runs the tasks it can hold;
     one that holds none exits 2 in one line naming what each lacks."""
