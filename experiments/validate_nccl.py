@@ -69,8 +69,13 @@ LINE_RATES = {
     "dstack_gcp_a4_b200_2x8_roce": (400e9, False),  # 3.2 Tbps RoCE
     "gcp_a3mega_h100_2x8": (200e9, True),  # TCPXO, 8 NICs: 8 x 200 Gb/s assumed
     "hpe_crayex_gh200_2x4_slingshot_tree": (100e9, True),  # Slingshot, 4 x 200 Gb/s assumed
-    "nccltests323_l40s_2x1_tcp": (1e12, True),  # link speed not stated: unbounded
+    "nccltests323_l40s_2x1_tcp": (None, True),  # TCP, link speed not stated: no line rate to assume
 }
+# Where no line rate is known the fits run unbounded (`UNBOUNDED`), nothing
+# fixes the bandwidth at a line rate, and NCCL's protocols fit it with the
+# latencies (`NCCL_KEYS` + inter.bandwidth): a bandwidth "at" an unbounded
+# rate would be infinite (the L40S TCP table read 94.5 % that way: README).
+UNBOUNDED = 1e12
 # Single-node tables: the catalog link of the GPUs' path (README hardware column).
 INTRA_LINKS = {
     "nvidia_exemplar_h100_dgx_1x8": "nvlink4",
@@ -119,15 +124,18 @@ def intra_line_rate(name: str, link: str) -> str:
     return f"line_rate = {2 * catalog.LINKS[link].line_rate!r}\n" if name in NVLS else ""
 
 
-def nccl_base(inter_rate: float | None, intra: str, name: str = "") -> str:
+def nccl_base(inter_rate: float | None, intra: str, name: str = "", nodes: bool = False) -> str:
     """The base scenario of the `nccl` algorithm (kernels/nccl.py) for table
     `name`: the hop latencies start at (and the priors centre on) NCCL's own
     tuning figures, LL on NVLink or PCIe inside the node and on the network
-    between nodes; the inter bandwidth at the node's line rate."""
+    between nodes (`nodes`); the inter bandwidth at the node's line rate
+    where one is known, else unbounded and left to the fit."""
     hop = catalog.nccl_ll_hop(intra)
     text = f'algorithm = "nccl"\n[intra]\nname = "{intra}"\nalpha = {hop!r}\n' + intra_line_rate(name, intra)
-    if inter_rate is not None:
-        text += f"[inter]\nalpha = {catalog.NCCL_LL_HOP['net']!r}\nbandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n"
+    if nodes:
+        text += f"[inter]\nalpha = {catalog.NCCL_LL_HOP['net']!r}\n"
+        text += (f"bandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n" if inter_rate is not None
+                 else f"line_rate = {UNBOUNDED!r}\n")
     return text
 
 
@@ -184,20 +192,29 @@ def main(argv=None) -> int:
         folder = Path(tmp)
         for name, (rate, assumed) in LINE_RATES.items():
             path = DATA / f"{name}.csv"
-            base = f'algorithm = "ring"\n[inter]\nline_rate = {rate!r}\n'
+            base = f'algorithm = "ring"\n[inter]\nline_rate = {rate or UNBOUNDED!r}\n'
             sizes = [r["message_bytes"] for r in read_measurements(path, {})[0]]
             if sum(m <= MEBI for m in sizes) < 4:
                 size_rows.append([name, "multi-node", "-", "-", "-", "-", "-", "-", "-",
                                   f"skipped: {sum(m <= MEBI for m in sizes)} sizes up to 1 MiB"])
                 continue
             results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI)
-            report(name, "multi-node", results, "line rate assumed" if assumed else "")
+            report(name, "multi-node", results, "no line rate stated: unbounded" if rate is None
+                   else "line rate assumed" if assumed else "")
             # physics first: the bandwidth at the line rate, only the latency fitted
-            physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder, cut=MEBI)
-            report(name, "multi-node, alpha only", physics, "bandwidth = line rate")
+            if rate is None:
+                size_rows.append([name, "multi-node, alpha only", "-", "-", "-", "-", "-", "-", "-",
+                                  "skipped: no line rate to fix the bandwidth at"])
+            else:
+                physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder,
+                              cut=MEBI)
+                report(name, "multi-node, alpha only", physics, "bandwidth = line rate")
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate, the two hop latencies fitted
-            protocols = run(path, NCCL_KEYS, nccl_base(rate, NCCL_INTRA[name]), "size", options, folder, cut=MEBI)
-            report(name, "multi-node, nccl protocols", protocols, "bandwidth = line rate")
+            keys = NCCL_KEYS + (("inter.bandwidth",) if rate is None else ())
+            protocols = run(path, keys, nccl_base(rate, NCCL_INTRA[name], nodes=True), "size", options, folder,
+                            cut=MEBI)
+            report(name, "multi-node, nccl protocols",
+                   protocols, "bandwidth fitted" if rate is None else "bandwidth = line rate")
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"

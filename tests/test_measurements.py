@@ -207,6 +207,19 @@ def test_validate_nccl_quick_run(tmp_path):
     assert int(cells[3]) == len(errors) and cells[6].strip() == f"{100 * np.median(errors):.1f} %"
 
 
+def test_validate_nccl_fits_the_bandwidth_where_no_line_rate_is_known():
+    """A table whose source states no link speed runs unbounded: NCCL's
+    protocols fit its bandwidth (no bandwidth "at" an infinite line rate);
+    a known rate fixes the bandwidth there; a single node has no inter link."""
+    module = load_study("validate_nccl")
+    assert [n for n, (rate, _) in module.LINE_RATES.items() if rate is None] == ["nccltests323_l40s_2x1_tcp"]
+    unknown = tomllib.loads(module.nccl_base(None, "pcie4", nodes=True))
+    assert "bandwidth" not in unknown["inter"] and unknown["inter"]["line_rate"] == module.UNBOUNDED
+    known = tomllib.loads(module.nccl_base(50e9, "nvlink3", nodes=True))
+    assert known["inter"]["bandwidth"] == known["inter"]["line_rate"] == 50e9
+    assert "inter" not in tomllib.loads(module.nccl_base(None, "pcie4"))
+
+
 def test_validate_takes_a_format(tmp_path, cli):
     path = tmp_path / "osu.txt"
     path.write_text(OSU.replace("# OSU MPI Allreduce Latency Test v5.4.0\n", ""))  # no banner: not detected
