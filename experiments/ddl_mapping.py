@@ -53,7 +53,8 @@ TREE_ALPHA_EXPONENT = 0.42
 ALLREDUCE = "nccl"
 # The 10GbE cluster's GPU and intra link; the inter link is the one the data's
 # `network` names (`link_of_network`: 10gbe for the 10GbE file).
-BASE = ('gpu = "rtx2080ti"\nintra = "pcie3"\n\n[inter]\n'
+GPU = "rtx2080ti"
+BASE = (f'gpu = "{GPU}"\nintra = "pcie3"\n\n[inter]\n'
         f'alpha_exponent = {TREE_ALPHA_EXPONENT}\n')
 # The benchmark code trains BERT as Hugging Face's BertForPreTraining (ddl-benchmarks,
 # */bert_benchmark.py): its masked-LM and next-sentence heads on top of the encoder,

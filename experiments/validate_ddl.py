@@ -40,8 +40,9 @@ skipped with a note (`missing_rows`); a file that holds none exits 2.
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
 single-gpu rows give each model's measured throughput, else its one-GPU
 rows of any method; `--single` takes them from another file of the same
-GPUs for models the data has neither of; without `--single` and `--base`,
-whose default GPUs are the 10GbE cluster's, the 10GbE file: `single_source`); `--base` a scenario
+GPUs for models the data has neither of; without `--single`, where the
+base's GPUs are the 10GbE cluster's, as the default base's are, the 10GbE
+file: `single_source`); `--base` a scenario
 of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `ddl_mapping.BASE`),
 e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
@@ -83,7 +84,7 @@ from sweep.fit import optimise
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddl_data import DATA, load  # noqa: E402
-from ddl_mapping import BASE, METHODS, mapped_base, mapped_rows  # noqa: E402
+from ddl_mapping import BASE, GPU, METHODS, mapped_base, mapped_rows  # noqa: E402
 from network_labels import label_words  # noqa: E402
 
 # The links' latency and bandwidth, plus the per-call software overhead of
@@ -332,8 +333,8 @@ def arguments(argv):
                                                       "10GbE cluster's GPU and PCIe link; the inter link the "
                                                       "data's network names)")
         parser.add_argument("--single", type=Path, help="single-gpu rows for models the data has none of, "
-                                                        "from another file of the same GPUs (default, without "
-                                                        "--base: the 10GbE file)")
+                                                        "from another file of the same GPUs (default, where the "
+                                                        "base's GPUs are the 10GbE cluster's: the 10GbE file)")
     return study_arguments("validate_ddl", __doc__.splitlines()[0], argv, extra=data_and_base, fits=True)
 
 
@@ -345,13 +346,13 @@ def main(argv=None) -> int:
     if args.base is not None and not args.base.is_file():
         study_error("validate_ddl", "base", str(args.base), "not found")
     started = time.perf_counter()
-    records, single = load(args.data, single_source(args))
     base_text = args.base.read_text() if args.base else BASE
+    records, single = load(args.data, single_source(args, base_gpu(args.base)))
     options = study_fit_options(args, QUICK if args.quick else FULL)
     by_network = {}
     for r in records:
         by_network.setdefault(r["network"] or "", []).append(r)
-    check_inputs(by_network, single, base_text, args.base)
+    check_inputs(by_network, single, base_text)
     missing = {network: missing_rows(rows) for network, rows in by_network.items()}
     if all(len(m) == 3 for m in missing.values()):
         study_error("validate_ddl", "data", str(args.data), "holds the rows of no task: " + "; ".join(
@@ -375,26 +376,36 @@ def main(argv=None) -> int:
     return 0
 
 
-def single_source(args) -> Path | None:
+def base_gpu(base_path: Path | None) -> str | None:
+    """The GPU the base names (the default base's: the 10GbE cluster's);
+    exits 2 in one line, naming the user's file, where it cannot be read."""
+    if base_path is None:
+        return GPU
+    try:
+        return read_base(base_path).get("gpu.name")
+    except SpecError as err:
+        study_error("validate_ddl", err.key, err.value, err.reason)
+
+
+def single_source(args, gpu: str | None) -> Path | None:
     """The file whose single-gpu rows serve models the data has no one-GPU
-    row of: `--single`; else, under the default base (the 10GbE cluster's
-    RTX 2080 Ti), the 10GbE file where it is there and is not the data
-    itself (one GPU uses no network, so a faster fabric's file of the same
-    cluster need not repeat them); else none."""
+    row of: `--single`; else, where the base's `gpu` is the 10GbE
+    cluster's (RTX 2080 Ti, the default base's), the 10GbE file where it is
+    there and is not the data itself (one GPU uses no network, so a faster
+    fabric's file of the same cluster need not repeat them); else none."""
     if args.single is not None:
         return args.single
-    if args.base is None and DATA.is_file() and args.data.resolve() != DATA.resolve():
+    if gpu == GPU and DATA.is_file() and args.data.resolve() != DATA.resolve():
         return DATA
     return None
 
 
-def check_inputs(by_network: dict, single: dict, base_text: str, base_path: Path | None) -> None:
+def check_inputs(by_network: dict, single: dict, base_text: str) -> None:
     """Exit 2 with one line, before any output, where the base or a row
-    cannot make a scenario (a TOML error, an unknown GPU, link or model):
-    every network's rows read through their mapped base, as `run_task` reads them."""
+    cannot make a scenario (an unknown GPU, link or model; `base_gpu` has
+    read the user's file): every network's rows read through their mapped
+    base, as `run_task` reads them."""
     try:
-        if base_path is not None:
-            read_base(base_path)  # its errors name the user's file
         with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stderr(io.StringIO()):
             for network, rows in by_network.items():
                 base = mapped_base(base_text, Path(folder) / "base.toml", network)

@@ -283,24 +283,35 @@ def test_single_gpu_rows_from_another_file(tmp_path, capsys):
 
 
 @needs_data
-def test_single_gpu_rows_default_to_the_10gbe_file_under_the_default_base(tmp_path, capsys):
-    """Without --single and --base (whose GPUs are the 10GbE cluster's), a
-    model the data has no one-GPU row of takes the 10GbE file's single-gpu
-    row, with a note; with a --base, or on the 10GbE file itself, no file is
-    assumed; --single wins."""
+def test_single_gpu_rows_default_to_the_10gbe_file_for_its_gpus(tmp_path, capsys):
+    """Without --single, a model the data has no one-GPU row of takes the
+    10GbE file's single-gpu row, with a note, where the base's GPUs are that
+    cluster's (the default base's, or a --base naming them); under other
+    GPUs, or on the 10GbE file itself, no file is assumed; --single wins.
+    A base that cannot be read exits 2 in one line."""
     import argparse
     vd = module()
     fast = tmp_path / "fast.csv"
     fast.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput\n"
                     "resnet50,64,,100gbib,WFBP-A2A,8,2,4,1990\n")
-    args = argparse.Namespace(data=fast, base=None, single=None)
-    assert vd.single_source(args) == vd.DATA
-    assert vd.single_source(argparse.Namespace(data=fast, base=tmp_path / "b.toml", single=None)) is None
-    assert vd.single_source(argparse.Namespace(data=vd.DATA, base=None, single=None)) is None
-    assert vd.single_source(argparse.Namespace(data=fast, base=None, single=fast)) == fast
-    _, single = vd.load(fast, vd.single_source(args))
+    args = argparse.Namespace(data=fast, single=None)
+    assert vd.base_gpu(None) == vd.GPU == "rtx2080ti"
+    base = tmp_path / "base.toml"
+    base.write_text('gpu = "v100"\n[inter]\nname = "ib-edr"\n')
+    assert vd.base_gpu(base) == "v100" and vd.single_source(args, "v100") is None
+    base.write_text('gpu = "rtx2080ti"\n[inter]\nname = "ib-edr"\n')
+    assert vd.single_source(args, vd.base_gpu(base)) == vd.single_source(args, vd.GPU) == vd.DATA
+    assert vd.single_source(argparse.Namespace(data=vd.DATA, single=None), vd.GPU) is None
+    assert vd.single_source(argparse.Namespace(data=fast, single=fast), "v100") == fast
+    _, single = vd.load(fast, vd.single_source(args, vd.GPU))
     assert single == {"resnet50": vd.load(vd.DATA)[1]["resnet50"]}
     assert f"{vd.DATA.name}'s single-gpu row" in capsys.readouterr().err
+    base.write_text('gpu = "rtx2080ti"\n[inter\n')
+    with pytest.raises(SystemExit) as exit_:
+        vd.main(["--data", str(fast), "--base", str(base), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and str(base) in err
+    assert not any((tmp_path / "o").iterdir())  # no output written
 
 
 def test_tasks_the_data_cannot_hold_are_skipped(tmp_path, capsys):
