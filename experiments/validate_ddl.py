@@ -48,7 +48,7 @@ e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
 (`network_labels.link_of_network`: "10gbe-tcp" -> 10gbe, "100GbE RoCE" -> 100gbe,
 "100Gb InfiniBand" or "IB EDR" -> ib-edr; 10gbe, with a note, where it
-names none). The mapping adds `inter.alpha_exponent = TREE_ALPHA_EXPONENT` to any base that
+names none). The mapping adds `inter.alpha_exponent = ddl_mapping.TREE_ALPHA_EXPONENT` to any base that
 does not set it, NCCL's LL hop latency as `intra.alpha` to any base
 that does not set the intra link's latency, and, where the file's
 `network` says TCP (or IPoIB), the base's fabric as used through TCP
@@ -92,7 +92,7 @@ from network_labels import label_words  # noqa: E402
 # "Validation against measurements": what was tried, kept and dropped).
 FIT = ("intra.alpha", "intra.bandwidth", "inter.alpha", "inter.bandwidth", "intra.overhead", "inter.overhead")
 # What only the parameter servers' push/pull reads (the all-reduce methods run
-# NCCL's protocols, `ALLREDUCE`, which the link's protocol switch does not
+# NCCL's protocols, `ddl_mapping.ALLREDUCE`, which the link's protocol switch does not
 # shape): that switch and its large-message pair, and BytePS's own push/pull
 # bandwidth (its prior: the inter link's base bandwidth). Fitted only where
 # the training rows hold a multi-node PS row to tell them: unfitted, a key no
