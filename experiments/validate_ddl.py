@@ -31,7 +31,9 @@ Three tasks, each against a naive baseline computed here:
       once as the priority strategy (the same fit); naive: the nearest
       training row (the same model and GPUs with WFBP) scaled linearly.
 A task whose rows the file does not hold (no ByteScheduler rows, say) is
-skipped with a note (`missing_rows`); a file that holds none exits 2.
+skipped with a note (`missing_rows`); a file that holds none exits 2. Rows
+of a method the mapping does not know are left out with a note
+(`ddl_data.known_methods`).
 
     python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--single CSV]
                                        [--prior SIGMA] [--tail T]

@@ -76,6 +76,20 @@ def test_bad_data_exits_2_with_one_line(tmp_path, capsys, row, named):
     assert named in err and len(err.splitlines()) == 1
 
 
+def test_rows_of_methods_the_mapping_does_not_know_are_left_out_with_a_note(tmp_path, capsys):
+    """A file with more methods than the mapping knows keeps the known ones
+    and names the others; one with none left exits 2 (the case above)."""
+    vd = module()
+    path = tmp_path / "more.csv"
+    path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput\n"
+                    "resnet50,64,,x,single-gpu,1,1,1,253.1\nresnet50,64,,x,WFBP-A2A,8,2,4,1900\n"
+                    "resnet50,64,,x,Horovod-fp16,8,2,4,2100\nresnet50,64,,x,Horovod-fp16,16,4,4,4000\n")
+    rows, single = vd.load(path)
+    assert [r["method"] for r in rows] == ["WFBP-A2A"] and single == {"resnet50": 253.1}
+    err = capsys.readouterr().err
+    assert "'Horovod-fp16' (2) left out" in err and len(err.strip().splitlines()) == 1
+
+
 def test_ps_bandwidth_is_fitted_only_where_multi_node_ps_rows_train():
     vd = module()
     row = lambda method, nodes: {"method": method, "nodes": nodes}  # noqa: E731
