@@ -12,6 +12,7 @@ import csv
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +31,21 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
     median of its one-GPU rows of any method (one GPU uses no network), with
     a note; else the `single-gpu` row of `single_path` (`--single`: another
     file of the same GPUs). One-GPU rows train nothing; rows of a method
-    the mapping does not know are left out with a note (`known_methods`). A
-    bad cell exits 2 with one line naming its column, value and line."""
-    records = known_methods(read_records(path), path)
+    the mapping does not know are left out with a note naming them (exit 2
+    where no multi-GPU row of a known method is left). A bad cell exits 2
+    with one line naming its column, value and line."""
+    records = read_records(path)
+    unknown = Counter(r["method"] for r in records if r["method"] not in (*METHODS, "single-gpu"))
+    records = [r for r in records if r["method"] not in unknown]
+    rows = [r for r in records if r["method"] != "single-gpu" and r["gpus"] > 1]
+    if not rows and unknown:  # a misspelt method, say
+        study_error("validate_ddl", "method", next(iter(unknown)),
+                    f"{path}: no multi-GPU row of a method the mapping knows ({', '.join(METHODS)})")
+    if not rows:
+        study_error("validate_ddl", "data", str(path), "holds no row on more than one GPU")
+    if unknown:  # a file may hold more methods than the 10GbE one
+        print(f"validate_ddl: {path}: rows of {', '.join(f'{m!r} ({n})' for m, n in unknown.items())} left out: "
+              f"the mapping knows {', '.join(METHODS)} and single-gpu", file=sys.stderr)
     single = {r["dnn"]: r["throughput"] for r in records if r["method"] == "single-gpu"}
     one_gpu = {}
     for r in records:
@@ -42,9 +55,6 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
         single[dnn] = float(np.median(throughputs))
         print(f"validate_ddl: {dnn} has no single-gpu row: its single-GPU throughput is the median of its "
               f"{len(throughputs)} one-GPU row(s), {single[dnn]:.6g}", file=sys.stderr)
-    rows = [r for r in records if r["method"] != "single-gpu" and r["gpus"] > 1]
-    if not rows:
-        study_error("validate_ddl", "data", str(path), "holds no row on more than one GPU")
     if single_path is not None:
         batches = {(r["dnn"], r["batch_size"], r["seq_len"]) for r in rows}
         models = {r["dnn"] for r in rows}
@@ -96,23 +106,3 @@ def read_records(path: Path) -> list[dict]:
                                                           f"({r['nodes']} x {r['gpus_per_node']})")
     return records
 
-
-def known_methods(records: list[dict], path: Path) -> list[dict]:
-    """`records` without the rows of methods the mapping does not know
-    (`ddl_mapping.METHODS`, and `single-gpu`), with a note naming them: a
-    file may hold more methods than the 10GbE one. Exits 2 in one line
-    where no multi-GPU row of a known method is left (a misspelt method,
-    say)."""
-    unknown: dict[str, int] = {}
-    for r in records:
-        if r["method"] not in (*METHODS, "single-gpu"):
-            unknown[r["method"]] = unknown.get(r["method"], 0) + 1
-    if not unknown:
-        return records
-    known = [r for r in records if r["method"] not in unknown]
-    if not any(r["method"] != "single-gpu" and r["gpus"] > 1 for r in known):
-        study_error("validate_ddl", "method", next(iter(unknown)),
-                    f"{path}: no multi-GPU row of a method the mapping knows ({', '.join(METHODS)})")
-    print(f"validate_ddl: {path}: rows of {', '.join(f'{m!r} ({n})' for m, n in unknown.items())} left out: "
-          f"the mapping knows {', '.join(METHODS)} and single-gpu", file=sys.stderr)
-    return known

@@ -81,8 +81,8 @@ def truth_throughputs(records: list[dict], single: dict, fabric: str) -> np.ndar
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "truth.toml").write_text(truth_toml(fabric))
-        mapped = list(csv.reader(ddl_mapping.write_rows(folder / "rows.csv", records, single, measured=False).read_text()
-                                 .splitlines()))
+        written = ddl_mapping.write_rows(folder / "rows.csv", records, single, measured=False)
+        mapped = list(csv.reader(written.read_text().splitlines()))
         query = folder / "query.csv"
         with open(query, "w", newline="") as handle:  # the method column is a label, not a key
             writer = csv.writer(handle)

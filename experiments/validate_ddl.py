@@ -33,7 +33,7 @@ Three tasks, each against a naive baseline computed here:
 A task whose rows the file does not hold (no ByteScheduler rows, say) is
 skipped with a note (`missing_rows`); a file that holds none exits 2. Rows
 of a method the mapping does not know are left out with a note
-(`ddl_data.known_methods`).
+(`ddl_data.load`).
 
     python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--single CSV]
                                        [--prior SIGMA] [--tail T]

@@ -195,21 +195,20 @@ def main(argv=None) -> int:
             base = f'algorithm = "ring"\n[inter]\nline_rate = {rate or UNBOUNDED!r}\n'
             sizes = [r["message_bytes"] for r in read_measurements(path, {})[0]]
             if sum(m <= MEBI for m in sizes) < 4:
-                size_rows.append([name, "multi-node", "-", "-", "-", "-", "-", "-", "-",
-                                  f"skipped: {sum(m <= MEBI for m in sizes)} sizes up to 1 MiB"])
+                size_rows.append(_skipped(name, "multi-node", f"{sum(m <= MEBI for m in sizes)} sizes up to 1 MiB"))
                 continue
             results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI)
             report(name, "multi-node", results, "no line rate stated: unbounded" if rate is None
                    else "line rate assumed" if assumed else "")
             # physics first: the bandwidth at the line rate, only the latency fitted
             if rate is None:
-                size_rows.append([name, "multi-node, alpha only", "-", "-", "-", "-", "-", "-", "-",
-                                  "skipped: no line rate to fix the bandwidth at"])
+                size_rows.append(_skipped(name, "multi-node, alpha only", "no line rate to fix the bandwidth at"))
             else:
                 physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder,
                               cut=MEBI)
                 report(name, "multi-node, alpha only", physics, "bandwidth = line rate")
-            # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate, the two hop latencies fitted
+            # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate (fitted too where none is
+            # known), the two hop latencies fitted
             keys = NCCL_KEYS + (("inter.bandwidth",) if rate is None else ())
             protocols = run(path, keys, nccl_base(rate, NCCL_INTRA[name], nodes=True), "size", options, folder,
                             cut=MEBI)
@@ -274,6 +273,11 @@ def held_out(name: str, kind: str, results) -> list[list[str]]:
     return [[name, kind, f"{r['message_bytes']:.0f}",
              *(f"{r[c]:.6g}" for c in ("predicted", "low", "high", "model_error", "naive_error")), str(r["inside"])]
             for f in results for r in f.records]
+
+
+def _skipped(name, kind, why):
+    """table.md's row of a variant not run, saying why."""
+    return [name, kind, "-", "-", "-", "-", "-", "-", "-", f"skipped: {why}"]
 
 
 def _row(name, kind, results, note):
