@@ -16,7 +16,9 @@ base scenario plus what the mapping adds (`mapped_base`):
                                       WFBP-A2A, per tensor)
   BSP-PS, WFBP-PS    strategy bsp / wfbp, algorithm ps (BytePS: S = nodes servers
                      on machines of their own) with ps.pipelined, as BytePS streams
-                     tensor partitions through local reduce, push and pull
+                     tensor partitions through local reduce, push and pull; BSP-PS's one
+                     fused tensor with ps.imbalance, the busiest server's share of its
+                     partitions (`byteps_servers`)
   ByteScheduler-PS   as WFBP-PS: BytePS with scheduling at the servers, whose update
                      is a barrier (not ByteScheduler's layer-wise plugin)
 The all-to-all methods (NCCL through Horovod/PyTorch) use algorithm `nccl`
@@ -38,6 +40,7 @@ from sweep.scenario import catalog
 from sweep.scenario.schema import KEYS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from byteps_servers import fused_imbalance  # noqa: E402
 from network_labels import link_of_network, says_tcp  # noqa: E402
 
 # The inter link's latency per step grows with the processes as NCCL's tree
@@ -83,8 +86,8 @@ MGWFBP_PLANNER = {  # workers -> (alpha [s], beta [s/byte])
 MGWFBP_MIN_PARAMS = 8192
 # The mapped rows as `calibrate` reads them (`write_rows`): scenario keys, then the measurement.
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha", "mgwfbp.bandwidth",
-           "mgwfbp.min_params", "compute.measured_throughput", "throughput")
+           "ps.pipelined", "ps.imbalance", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha",
+           "mgwfbp.bandwidth", "mgwfbp.min_params", "compute.measured_throughput", "throughput")
 # ByteScheduler-A2A as the measured code ran it (ddl-benchmarks
 # bytescheduler/horovod_mpi_cj.sh): ByteScheduler's PyTorch
 # ScheduledOptimizer, whose forward pre-hooks wait for each layer's update
@@ -109,12 +112,14 @@ def scenario_keys(record: dict, single: dict[str, float], priority: bool = True)
     keys = {"model": MODELS.get(record["dnn"], record["dnn"]), "batch_size": int(float(record["batch_size"])),
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
-            "algorithm": ALLREDUCE, "ps.pipelined": "", "update": "", "partition_bytes": "", "credit_bytes": "",
-            "compute.measured_throughput": single[record["dnn"]]}
+            "algorithm": ALLREDUCE, "ps.pipelined": "", "ps.imbalance": "", "update": "", "partition_bytes": "",
+            "credit_bytes": "", "compute.measured_throughput": single[record["dnn"]]}
     if priority and record["method"] == "ByteScheduler-A2A":
         keys.update(BYTESCHEDULER_A2A)
     if family == "ps" and record["nodes"] > 1:
         keys.update({"algorithm": "ps", "ps.pipelined": "true"})
+        if strategy == "bsp":  # one fused tensor: its partitions cannot spread evenly (`byteps_servers`)
+            keys["ps.imbalance"] = fused_imbalance(keys["model"], int(record["nodes"]))
     keys.update({"mgwfbp.alpha": "", "mgwfbp.bandwidth": "", "mgwfbp.min_params": ""})
     if strategy == "mgwfbp":
         alpha, beta = mgwfbp_planner(record["network"], record["gpus"])

@@ -28,7 +28,11 @@ on one node and on the inter-node link (which bounds them) on several:
 pushes its M bytes to S servers (on machines of their own) and pulls them
 back, so each server moves n*M/S bytes per direction, then an all-gather
 inside the node: the intra phase of `hierarchical` plus an inter phase of 2
-steps and volume 2 max(1, n/S) (k = n, chunk M/S). With `ps_pipelined`
+steps and volume 2 max(1, n/S) (k = n, chunk M/S). `ps_imbalance` (scenario
+key `ps.imbalance`, >= 1) is the busiest server's bytes over that even
+share: it sets the pace, volume 2 max(1, imbalance n/S) (BytePS sends each
+partition to one server, so a tensor of few partitions cannot spread
+evenly). With `ps_pipelined`
 (scenario key `ps.pipelined`, as BytePS streams tensor partitions through
 local reduce, push and pull) the two phases overlap: their latencies add and
 the slower per-byte cost sets the pace, lat_a + lat_b + M max(pb_a, pb_b).
@@ -52,7 +56,9 @@ per-byte cost falls below the wire's: every phase pays at least its share of
                                                   the algorithm; Patarasuk and
                                                   Yuan 2009), and for ps with
                 max(1, n/S) * M / line_rate_inter (every worker sends and
-                                                  receives M, each server n*M/S);
+                                                  receives M, each server n*M/S,
+                                                  the busiest that times
+                                                  `ps_imbalance`);
 hierarchical adds its intra phase's bound. Only the inter phase of
 `hierarchical` (g rings of M/g sharing a node's NIC) can reach these floors
 with bandwidths at or below the line rate.
@@ -132,6 +138,12 @@ def line_rates(p):
     return (_or(p.intra_line_rate, jnp.inf), _or(p.inter_line_rate, jnp.inf))
 
 
+def busiest_server_share(p):
+    """Per byte of M, what ps's busiest server receives (and sends) from the
+    n nodes: n/S with an even spread, times `ps_imbalance` when set."""
+    return p.nodes / p.servers * _or(p.ps_imbalance, 1.0)
+
+
 def wire_floors(p):
     """Per byte of M, the wire's least cost of an all-reduce [C]: the intra
     share (one node, or the intra phase of two-level algorithms) and the inter
@@ -142,7 +154,7 @@ def wire_floors(p):
     n, g = p.nodes, p.gpus_per_node
     intra = 2.0 * (g - 1) / g / rates[0]
     all_reduce = 2.0 * (n - 1) / n / rates[1]
-    ps = jnp.maximum(1.0, n / p.servers) / rates[1]
+    ps = jnp.maximum(1.0, busiest_server_share(p)) / rates[1]
     inter = jnp.where(p.algorithm == PS, ps, all_reduce)
     return intra, jnp.where(n > 1, inter, 0.0)
 
@@ -274,7 +286,7 @@ def _two_phases(p):
         own = is_ps & (p.ps_bandwidth > 0)
         inter = {**inter, **{f: jnp.where(own, p.ps_bandwidth, inter[f]) for f in BANDWIDTHS}}
     b = _phase(inter, n, jnp.where(is_ps, 2.0, 2 * (n - 1)),
-               jnp.where(is_ps, 2 * jnp.maximum(1.0, n / p.servers), 2 * (n - 1) / n),
+               jnp.where(is_ps, 2 * jnp.maximum(1.0, busiest_server_share(p)), 2 * (n - 1) / n),
                jnp.where(is_ps, one, 1.0 / g), jnp.where(is_ps, p.servers, n), floor_b)
     on_b = jnp.where(two_level, 1.0, 0.0)
     b = (on_b * b[0], on_b * b[1], tuple((brk, on_b * lat, on_b * byte) for brk, lat, byte in b[2]))

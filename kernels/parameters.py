@@ -93,6 +93,7 @@ class Params(Mapping):
     inter_line_rate: Array | None = None
     ps_pipelined: Array | None = None  # 1: partitions stream through both ps phases (BytePS)
     ps_bandwidth: Array | None = None  # bytes/s per node of the push/pull phase; <= 0: the inter link's
+    ps_imbalance: Array | None = None  # 1: the busiest server's bytes over an even share (>= 1)
     # set when a scenario may use algorithm "nccl" (`kernels.nccl`): 1 where its intra-node hops are PCIe, 0 NVLink
     nccl_pci: Array | None = None
     # mgwfbp as implemented (`kernels.channel`): the planner's all-reduce model (NaN alpha: the link's own

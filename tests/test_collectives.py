@@ -190,6 +190,30 @@ def test_ps_bandwidth_prices_the_push_pull_phase_only():
             assert times[1] == times[0], algorithm
 
 
+def test_ps_imbalance_scales_the_busiest_servers_bytes():
+    """`ps.imbalance` multiplies what ps's busiest server moves, n/S of M on
+    an even spread, in the push/pull volume (closed form: 2 max(1, i n/S));
+    with more servers than nodes the workers' own M still bounds it, and
+    the other algorithms do not read it."""
+    n, g, a_i, bw_i, a_e, bw_e, m = 4, 4, 2e-6, 1e11, 2e-5, 5e9, 5.0e7
+    model = zoo.get_model("resnet50")
+    intra = 2 * 3 * a_i + 2 * 3 / 4 * m / bw_i
+    for servers, imbalance in ((4, 1.25), (8, 1.25), (8, 3.0)):
+        for algorithm in ALGORITHMS:
+            point = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
+                     "intra.alpha": a_i, "intra.bandwidth": bw_i, "inter.alpha": a_e, "inter.bandwidth": bw_e,
+                     "ps.servers": servers}
+            times = []
+            for extra in ({}, {"ps.imbalance": imbalance}):
+                p = {k: jnp.asarray(v) for k, v in point_params({**point, **extra}, model).items()}
+                times.append(float(allreduce_time(jnp.float32(m), *allreduce_cost(p))[0]))
+            if algorithm == "ps":
+                volume = 2 * max(1.0, imbalance * n / servers)
+                assert times[1] == pytest.approx(intra + 2 * a_e + volume * m / bw_e, rel=RTOL), (servers, imbalance)
+            else:
+                assert times[1] == times[0], algorithm
+
+
 def test_allreduce_time_broadcasts_over_slots():
     latency = jnp.asarray([1.0, 2.0], jnp.float32)
     per_byte = jnp.asarray([0.5, 0.25], jnp.float32)

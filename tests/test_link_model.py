@@ -307,6 +307,9 @@ def test_wire_lower_bound_by_hand():
         assert float(wire_lower_bound(p, m)[0]) == pytest.approx(2 * 3 / 4 * m / 1.5e10, rel=1e-12)
         p = _bound_params("ps", 4, 1, 1.5e10, 1.25e9, **{"ps.servers": 2})
         assert float(wire_lower_bound(p, m)[0]) == pytest.approx(2 * m / 1.25e9, rel=1e-12)
+        # the busiest of 4 servers holds 1.5x an even share: it moves 1.5 M each way
+        p = _bound_params("ps", 4, 1, 1.5e10, 1.25e9, **{"ps.servers": 4, "ps.imbalance": 1.5})
+        assert float(wire_lower_bound(p, m)[0]) == pytest.approx(1.5 * m / 1.25e9, rel=1e-12)
         p = _bound_params("hierarchical", 2, 4, 1.5e10, 1.25e9)
         want = 2 * 3 / 4 * m / 1.5e10 + 2 * 1 / 2 * m / 1.25e9
         assert float(wire_lower_bound(p, m)[0]) == pytest.approx(want, rel=1e-12)

@@ -70,6 +70,12 @@ def test_naive_baselines_scale_like_a_ruler():
     # linear from the largest trained GPU count of the same method: 700 * 32 / 8
     assert naive(train, row(9, 8, 4, "throughput", 1.0, strategy="wfbp"), "throughput") == pytest.approx(2800.0)
     assert naive(train, row(9, 8, 4, "throughput", 1.0, strategy="bsp"), "throughput") == pytest.approx(2600.0)
+    # ps's busiest server follows from the layout, like the node count: the same share does not make a
+    # row nearer (else the 4-GPU row, 400 * 32 / 4)
+    ps = [row(2, 2, 4, "throughput", 700.0, algorithm="ps", **{"ps.imbalance": 1.04}),
+          row(3, 1, 4, "throughput", 400.0, algorithm="ps", **{"ps.imbalance": 1.27})]
+    assert naive(ps, row(9, 8, 4, "throughput", 1.0, algorithm="ps", **{"ps.imbalance": 1.27}),
+                 "throughput") == pytest.approx(2800.0)
     sizes = [row(2, 2, 1, "allreduce_time", 1e-3, 1e6), row(3, 2, 1, "allreduce_time", 2e-4, 1e5)]
     # the nearest measured size, at its bandwidth: 1e-3 s * 4e6 / 1e6
     assert naive(sizes, row(9, 2, 1, "allreduce_time", 1.0, 4e6), "allreduce_time") == pytest.approx(4e-3)

@@ -426,6 +426,34 @@ def test_mgwfbp_rows_plan_with_the_codes_own_table():
     assert wfbp["mgwfbp.alpha"] == wfbp["mgwfbp.bandwidth"] == wfbp["mgwfbp.min_params"] == ""
 
 
+def test_bsp_ps_rows_carry_the_busiest_servers_share_of_the_fused_tensor():
+    """BSP-PS pushes one fused tensor in 4,096,000-byte partitions dealt to
+    the servers in turn: ResNet-50's 25,557,032 float32 gradients are 24
+    whole partitions and one of 3,924,128 bytes, so of 8 servers the first
+    holds three whole ones and the short one, of 2 the first twelve and the
+    short one (by hand); one server, or a
+    tensor that divides evenly, is balanced. Only multi-node BSP-PS rows
+    carry it (per-tensor pushes: tried and dropped, README)."""
+    servers = load_study("byteps_servers")
+    total = 4 * 25_557_032
+    assert total == 24 * 4_096_000 + 3_924_128
+    assert servers.fused_imbalance("resnet50", 8) == pytest.approx((3 * 4_096_000 + 3_924_128) * 8 / total)
+    assert servers.fused_imbalance("resnet50", 2) == pytest.approx((12 * 4_096_000 + 3_924_128) * 2 / total)
+    assert servers.fused_imbalance("resnet50", 1) == 1.0
+    assert servers.fused_imbalance("resnet50", 5, partition_bytes=total // 5) == pytest.approx(1.0)
+    row = {"dnn": "resnet50", "batch_size": "64", "seq_len": "", "network": "10gbe-tcp", "gpus_per_node": 4}
+    single = {"resnet50": 253.1}
+    for method in MAPPING.METHODS:
+        for nodes in (1, 2, 8):
+            keys = MAPPING.scenario_keys({**row, "method": method, "nodes": nodes, "gpus": 4 * nodes}, single)
+            if method == "BSP-PS" and nodes > 1:
+                assert keys["ps.imbalance"] == servers.fused_imbalance("resnet50", nodes)
+                spec = load_spec({**{k: v for k, v in keys.items() if v != ""}, "ps.pipelined": True})
+                assert spec.fixed["ps.imbalance"] == keys["ps.imbalance"]
+            else:
+                assert keys["ps.imbalance"] == "", (method, nodes)
+
+
 @needs_data
 def test_naive_baselines():
     vd = module()

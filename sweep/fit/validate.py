@@ -141,7 +141,8 @@ def make_folds(rows: list[Row], split: str, folds: int | None = None, cut: float
 
 
 def _comparable(row: Row) -> dict:
-    skip = set(METHOD_KEYS) | {"nodes", "gpus_per_node"}
+    # The layout, and what follows from it (ps's busiest server), is the distance's, not a differing key
+    skip = set(METHOD_KEYS) | {"nodes", "gpus_per_node", "ps.imbalance"}
     return {k: v for k, v in row.point.items() if k not in skip}
 
 

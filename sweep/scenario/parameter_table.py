@@ -37,7 +37,7 @@ PARAMETERS = (
     *(Parameter(f"{t}.{f}", f"{t}_{f}", "linear" if f.endswith("exponent") else "log")
       for t in LINK_TABLES for f in LINK_FIELDS + EXTRA_LINK_FIELDS),
     *(Parameter(f"{t}.line_rate", f"{t}_line_rate", None) for t in LINK_TABLES),
-    Parameter("ps.bandwidth", "ps_bandwidth"),
+    Parameter("ps.bandwidth", "ps_bandwidth"), Parameter("ps.imbalance", "ps_imbalance", None),
     Parameter("mgwfbp.alpha", "mgwfbp_alpha", None), Parameter("mgwfbp.bandwidth", "mgwfbp_bandwidth", None),
     Parameter("mgwfbp.min_params", "mgwfbp_min_params", None),
 )

@@ -162,6 +162,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _bandwidth("ps.bandwidth", "bytes/s",
                "ps: push/pull bandwidth per node, every regime (unset: the inter link's; at most twice its line "
                "rate, push and pull in the NIC's two directions)"),
+    Key("ps.imbalance", float, None, "",
+        "ps: the busiest server's bytes over an even share (unset: 1, every server moves n M / S); BytePS "
+        "hashes each partition to one server", minimum=1.0, maximum=MAX_WORKERS),
     Key("ps.pipelined", bool, None, "",
         "ps phases overlap, as BytePS streams partitions (latencies add, the slower phase sets the pace)"),
     # DAG shapes (DESIGN 2.5); the defaults are the barrier model.
