@@ -169,25 +169,36 @@ def test_hand_built_parameters():
                                           rel=RTOL), name
 
 
+def _ps_key_times(key, value, nodes, servers, m, links):
+    """{algorithm: (seconds without `key`, with it = value)} of one all-reduce
+    of m bytes on `nodes` nodes of 4 GPUs, with `servers` parameter servers."""
+    a_i, bw_i, a_e, bw_e = links
+    model = zoo.get_model("resnet50")
+    out = {}
+    for algorithm in ALGORITHMS:
+        point = {"model": "resnet50", "batch_size": 32, "nodes": nodes, "gpus_per_node": 4, "algorithm": algorithm,
+                 "intra.alpha": a_i, "intra.bandwidth": bw_i, "inter.alpha": a_e, "inter.bandwidth": bw_e,
+                 "ps.servers": servers}
+        times = []
+        for extra in ({}, {key: value}):
+            p = {k: jnp.asarray(v) for k, v in point_params({**point, **extra}, model).items()}
+            times.append(float(allreduce_time(jnp.float32(m), *allreduce_cost(p))[0]))
+        out[algorithm] = tuple(times)
+    return out
+
+
 def test_ps_bandwidth_prices_the_push_pull_phase_only():
     """`ps.bandwidth` replaces the inter link's bandwidth in ps's push/pull
     phase (closed form with its own rate), and nothing else: the flat and
     hierarchical algorithms, and the intra phase, keep the link's."""
-    n, g, a_i, bw_i, a_e, bw_e, bw_ps, servers, m = 3, 4, 2e-6, 1e11, 2e-5, 5e9, 2e9, 2, 5.0e7
-    model = zoo.get_model("resnet50")
-    for algorithm in ALGORITHMS:
-        point = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
-                 "intra.alpha": a_i, "intra.bandwidth": bw_i, "inter.alpha": a_e, "inter.bandwidth": bw_e,
-                 "ps.servers": servers}
-        times = []
-        for extra in ({}, {"ps.bandwidth": bw_ps}):
-            p = {k: jnp.asarray(v) for k, v in point_params({**point, **extra}, model).items()}
-            times.append(float(allreduce_time(jnp.float32(m), *allreduce_cost(p))[0]))
+    a_i, bw_i, a_e, bw_e, bw_ps, m = 2e-6, 1e11, 2e-5, 5e9, 2e9, 5.0e7
+    times = _ps_key_times("ps.bandwidth", bw_ps, 3, 2, m, (a_i, bw_i, a_e, bw_e))
+    for algorithm, (without, with_key) in times.items():
         if algorithm == "ps":
-            assert times[1] == pytest.approx(2 * 3 * a_i + 2 * 3 / 4 * m / bw_i + 2 * (a_e + 1.5 * m / bw_ps),
+            assert with_key == pytest.approx(2 * 3 * a_i + 2 * 3 / 4 * m / bw_i + 2 * (a_e + 1.5 * m / bw_ps),
                                              rel=RTOL)
         else:
-            assert times[1] == times[0], algorithm
+            assert with_key == without, algorithm
 
 
 def test_ps_imbalance_scales_the_busiest_servers_bytes():
@@ -195,23 +206,16 @@ def test_ps_imbalance_scales_the_busiest_servers_bytes():
     an even spread, in the push/pull volume (closed form: 2 max(1, i n/S));
     with more servers than nodes the workers' own M still bounds it, and
     the other algorithms do not read it."""
-    n, g, a_i, bw_i, a_e, bw_e, m = 4, 4, 2e-6, 1e11, 2e-5, 5e9, 5.0e7
-    model = zoo.get_model("resnet50")
+    n, a_i, bw_i, a_e, bw_e, m = 4, 2e-6, 1e11, 2e-5, 5e9, 5.0e7
     intra = 2 * 3 * a_i + 2 * 3 / 4 * m / bw_i
     for servers, imbalance in ((4, 1.25), (8, 1.25), (8, 3.0)):
-        for algorithm in ALGORITHMS:
-            point = {"model": "resnet50", "batch_size": 32, "nodes": n, "gpus_per_node": g, "algorithm": algorithm,
-                     "intra.alpha": a_i, "intra.bandwidth": bw_i, "inter.alpha": a_e, "inter.bandwidth": bw_e,
-                     "ps.servers": servers}
-            times = []
-            for extra in ({}, {"ps.imbalance": imbalance}):
-                p = {k: jnp.asarray(v) for k, v in point_params({**point, **extra}, model).items()}
-                times.append(float(allreduce_time(jnp.float32(m), *allreduce_cost(p))[0]))
+        times = _ps_key_times("ps.imbalance", imbalance, n, servers, m, (a_i, bw_i, a_e, bw_e))
+        for algorithm, (without, with_key) in times.items():
             if algorithm == "ps":
                 volume = 2 * max(1.0, imbalance * n / servers)
-                assert times[1] == pytest.approx(intra + 2 * a_e + volume * m / bw_e, rel=RTOL), (servers, imbalance)
+                assert with_key == pytest.approx(intra + 2 * a_e + volume * m / bw_e, rel=RTOL), (servers, imbalance)
             else:
-                assert times[1] == times[0], algorithm
+                assert with_key == without, algorithm
 
 
 def test_allreduce_time_broadcasts_over_slots():
