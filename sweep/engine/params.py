@@ -128,9 +128,10 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
         p["nccl_pci"] = get("intra.name", lambda name: float(catalog.is_pcie(name)))
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
-    # Only when set: else ps pushes and pulls at the inter link's bandwidths, mgwfbp plans with the true
-    # costs, and compute tasks take their work's time however short.
-    for key in ("ps.bandwidth", "ps.imbalance", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params", "compute.task_floor"):
+    # Only when set: else ps pushes and pulls at the inter link's bandwidths, its servers evenly loaded,
+    # mgwfbp plans with the true costs, and compute tasks take their work's time however short.
+    for key in ("ps.bandwidth", "ps.imbalance", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params",
+                "compute.task_floor"):
         if key in columns:
             p[PARAMETER_OF_KEY[key].name] = get(key)
     # The link model's extensions only when a scenario sets one: without them the
