@@ -6,8 +6,9 @@ and sends each partition to one server: a tensor's partitions take
 consecutive keys (its declaration index << 16 plus the partition's index,
 byteps/common/operations.cc), which its key rules deal to the servers in
 turn (`key * 9973 % S` in its first releases; the default djb2 hash of the
-key's digits, modulo a power-of-two S, is the digit sum plus 5381, so
-consecutive keys go to consecutive servers too). BSP-PS pushes every
+key's digits, modulo a power-of-two S up to 32, is the digit sum plus 5381,
+so consecutive keys go to consecutive servers but where a digit carries:
+ResNet-50 on 8 servers 1.28x by djb2, 1.27x dealt in turn). BSP-PS pushes every
 gradient as one fused tensor, so with P partitions on S servers the busiest
 server holds ceil(P/S) of them: ResNet-50's 102 MB is 25 partitions, 4 on
 the busiest of 8 servers against 3.1 on average. That server sets the pace
