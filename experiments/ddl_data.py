@@ -105,4 +105,3 @@ def read_records(path: Path) -> list[dict]:
             study_error("validate_ddl", "gpus", r["gpus"], f"{path}, line {line}: not nodes x gpus_per_node "
                                                           f"({r['nodes']} x {r['gpus_per_node']})")
     return records
-

@@ -193,9 +193,9 @@ def main(argv=None) -> int:
         for name, (rate, assumed) in LINE_RATES.items():
             path = DATA / f"{name}.csv"
             base = f'algorithm = "ring"\n[inter]\nline_rate = {rate or UNBOUNDED!r}\n'
-            sizes = [r["message_bytes"] for r in read_measurements(path, {})[0]]
-            if sum(m <= MEBI for m in sizes) < 4:
-                size_rows.append(_skipped(name, "multi-node", f"{sum(m <= MEBI for m in sizes)} sizes up to 1 MiB"))
+            small = sum(r["message_bytes"] <= MEBI for r in read_measurements(path, {})[0])
+            if small < 4:
+                size_rows.append(_skipped(name, "multi-node", f"{small} sizes up to 1 MiB"))
                 continue
             results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI)
             report(name, "multi-node", results, "no line rate stated: unbounded" if rate is None
