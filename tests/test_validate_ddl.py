@@ -431,8 +431,8 @@ def test_bsp_ps_rows_carry_the_busiest_servers_share_of_the_fused_tensor():
     the servers in turn: ResNet-50's 25,557,032 float32 gradients are 24
     whole partitions and one of 3,924,128 bytes, so of 8 servers the first
     holds three whole ones and the short one, of 2 the first twelve and the
-    short one (by hand); one server, or a
-    tensor that divides evenly, is balanced. Only multi-node BSP-PS rows
+    short one (by hand); one server, or partitions that divide the tensor
+    evenly among the servers, are balanced. Only multi-node BSP-PS rows
     carry it (per-tensor pushes: tried and dropped, README)."""
     servers = load_study("byteps_servers")
     total = 4 * 25_557_032
@@ -440,7 +440,7 @@ def test_bsp_ps_rows_carry_the_busiest_servers_share_of_the_fused_tensor():
     assert servers.fused_imbalance("resnet50", 8) == pytest.approx((3 * 4_096_000 + 3_924_128) * 8 / total)
     assert servers.fused_imbalance("resnet50", 2) == pytest.approx((12 * 4_096_000 + 3_924_128) * 2 / total)
     assert servers.fused_imbalance("resnet50", 1) == 1.0
-    assert servers.fused_imbalance("resnet50", 5, partition_bytes=total // 5) == pytest.approx(1.0)
+    assert total % 8 == 0 and servers.fused_imbalance("resnet50", 8, partition_bytes=total // 8) == 1.0
     row = {"dnn": "resnet50", "batch_size": "64", "seq_len": "", "network": "10gbe-tcp", "gpus_per_node": 4}
     single = {"resnet50": 253.1}
     for method in MAPPING.METHODS:
