@@ -137,4 +137,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from sweep.engine.compile_cache import enable
+
+    enable()  # a rerun loads the compiled programs (sweep.engine.compile_cache)
     raise SystemExit(main())

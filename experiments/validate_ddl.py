@@ -438,4 +438,7 @@ def run_study(records, single, out: Path, options, base_text: str, data_name: st
 
 
 if __name__ == "__main__":
+    from sweep.engine.compile_cache import enable
+
+    enable()  # a rerun loads the compiled programs (sweep.engine.compile_cache)
     raise SystemExit(main())

@@ -290,4 +290,7 @@ def _row(name, kind, results, note):
 
 
 if __name__ == "__main__":
+    from sweep.engine.compile_cache import enable
+
+    enable()  # a rerun loads the compiled programs (sweep.engine.compile_cache)
     raise SystemExit(main())

@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None, own_process: bool | None = None) -> int:
     `argv` keeps its process's JAX settings whatever ran first."""
     args = _parser().parse_args(argv)
     args.own_process = argv is None if own_process is None else own_process
+    if args.own_process and args.handler in _COMPILING:
+        from sweep.engine.compile_cache import enable
+
+        enable()  # before the first compile: XLA's programs kept between runs
     from sweep.engine.interrupt import Interrupted
     from sweep.engine.store import write_error
 
@@ -533,3 +537,7 @@ def _demo(args) -> int:
     if output:
         print(f"\nwrote {output}", file=sys.stderr)
     return 0
+
+
+# The commands that compile JAX programs, and so read and fill the compile cache.
+_COMPILING = (_run, _explain, _calibrate, _predict, _validate, _demo)

@@ -1,3 +1,4 @@
+import os
 import textwrap
 
 import jax
@@ -11,6 +12,12 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 from sweep.cli import main
+from sweep.engine.compile_cache import ENV as COMPILE_CACHE_ENV
+
+# The commands the tests start as scripts compile from scratch, as on a
+# fresh machine, and leave nothing in the user's cache
+# (tests/test_compile_cache.py names a folder of its own).
+os.environ.setdefault(COMPILE_CACHE_ENV, "off")
 
 
 @pytest.fixture
