@@ -33,6 +33,7 @@ raise SystemExit(status)
     ({ENV: "off"}, None),
     ({ENV: " OFF "}, None),
     ({"XDG_CACHE_HOME": "/xdg"}, Path("/xdg/ssgd-sweep/xla")),
+    ({ENV: "", "XDG_CACHE_HOME": "/xdg"}, Path("/xdg/ssgd-sweep/xla")),  # empty: unset, not the current folder
     ({}, Path("~/.cache/ssgd-sweep/xla").expanduser()),
     # JAX's own variable: the user's settings stand, ours are not applied.
     ({JAX_ENV: "/theirs", ENV: "/ours"}, None),

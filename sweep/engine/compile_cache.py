@@ -36,9 +36,9 @@ def cache_dir(environ=os.environ) -> Path | None:
     """Where the cache lives, or None where it is off or JAX's own variable rules."""
     if JAX_ENV in environ:
         return None
-    chosen = environ.get(ENV)
-    if chosen is not None:
-        return None if chosen.strip().lower() == OFF else Path(chosen).expanduser()
+    chosen = environ.get(ENV, "").strip()
+    if chosen:  # (an empty value is no choice: not the current folder)
+        return None if chosen.lower() == OFF else Path(chosen).expanduser()
     base = environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
     return Path(base) / "ssgd-sweep" / "xla"
 
@@ -64,7 +64,7 @@ def enable(environ=os.environ) -> Path | None:
         return None
     why = _writable(path)
     if why is not None:
-        if ENV in environ:
+        if environ.get(ENV, "").strip():
             print(f"ssgd-sweep: note: {ENV}={environ[ENV]} cannot be written ({why}): compile cache off",
                   file=sys.stderr)
         return None
