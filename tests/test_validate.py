@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sweep.fit.data import Row
 from sweep.fit.optimise import FitOptions
-from sweep.fit.uncertainty import predict_rows
+from sweep.fit.uncertainty import jacobian, predict_rows
 from sweep.fit.validate import make_folds, naive, validate
 
 ALPHA, BW = 1e-5, 1e9
@@ -171,3 +173,18 @@ def test_interval_score_by_hand():
     assert interval_score([1.2], [0.9], [1.1]) == pytest.approx(width + 20 * math.log(1.2 / 1.1))
     assert interval_score([0.5], [0.9], [1.1], level=0.5) == pytest.approx(width + 4 * math.log(0.9 / 0.5))
     assert interval_score([1.0, 1.2], [0.9, 0.9], [1.1, 1.1]) == pytest.approx(width + 10 * math.log(1.2 / 1.1))
+
+
+def test_jacobian_column_by_column_is_the_closed_form():
+    def f(t):
+        return jnp.stack([t[0] * t[1], jnp.sin(t[0]), jnp.exp(t[1]) * t[0] ** 2, t[2] ** 3])
+
+    t = np.array([0.7, -1.3, 2.0])
+    expected = np.array([[t[1], t[0], 0.0],
+                         [np.cos(t[0]), 0.0, 0.0],
+                         [2 * t[0] * np.exp(t[1]), np.exp(t[1]) * t[0] ** 2, 0.0],
+                         [0.0, 0.0, 3 * t[2] ** 2]])
+    with jax.enable_x64(True):
+        got = jacobian(f, t)
+    assert got.shape == (4, 3)
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15)

@@ -34,7 +34,7 @@ from sweep.errors import SpecError
 from sweep.fit.data import Row
 from sweep.fit.options import FitOptions
 from sweep.fit.model import FITTABLE, LINK_TABLES, SWITCHES, Group, Model, build_groups, loss_terms
-from sweep.fit.uncertainty import gauss_newton_sigma, posterior_covariance
+from sweep.fit.uncertainty import gauss_newton_sigma, jacobian, posterior_covariance
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
@@ -290,7 +290,7 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
         residual = lambda t: jnp.log(model.predict(t, final_temperature, options.width[1])) - jnp.log(measured)  # noqa: E731
-        jac = np.asarray(jax.jit(jax.jacfwd(residual))(theta))
+        jac = jacobian(residual, theta)
         values = np.exp(np.asarray(theta)) * model.log_mask + np.asarray(theta) * ~model.log_mask
 
     r = np.log(pred) - np.log(model.measured)
