@@ -201,7 +201,9 @@ def _optimiser_arguments(parser, seed_help: str) -> None:
     parser.add_argument("--starts", type=int, default=defaults.starts,
                         help=f"optimisation starts (default {defaults.starts})")
     parser.add_argument("--steps", type=int, default=defaults.steps,
-                        help=f"Adam steps per start (default {defaults.steps})")
+                        help=f"Adam steps per start while the smoothing anneals (default {defaults.steps})")
+    parser.add_argument("--polish", type=int, default=defaults.polish,
+                        help=f"Adam steps per start after it, with hard switches (default {defaults.polish})")
     parser.add_argument("--tail", type=float, default=defaults.tail,
                         help=f"weight of the largest relative errors in the loss (default {defaults.tail})")
     parser.add_argument("--prior", type=float, default=defaults.prior, metavar="SIGMA",
@@ -218,11 +220,14 @@ def _fit_options(args):
     for name in ("starts", "steps"):
         if getattr(args, name) < 1:
             raise SpecError(f"--{name}", getattr(args, name), "must be >= 1")
+    if args.polish < 0:
+        raise SpecError("--polish", args.polish, "must be >= 0")
     for name in ("tail", "prior"):
         value = getattr(args, name)
         if not (value >= 0 and math.isfinite(value)):
             raise SpecError(f"--{name}", value, "must be a finite number >= 0")
-    return FitOptions(starts=args.starts, steps=args.steps, tail=args.tail, prior=args.prior, seed=args.seed)
+    return FitOptions(starts=args.starts, steps=args.steps, polish=args.polish, tail=args.tail, prior=args.prior,
+                      seed=args.seed)
 
 
 def _check_output(path: str, key: str = "--output", inputs=None, probe: bool = True) -> Path:

@@ -310,6 +310,8 @@ def small_data(tmp_path):
      "--prior", "-1"),
     (["nodes", "message_bytes", "allreduce_time"], [2, 1024, 5e-5], ["--fit", "inter.alpha", "--prior", "nan"],
      "--prior", "nan"),
+    (["nodes", "message_bytes", "allreduce_time"], [2, 1024, 5e-5], ["--fit", "inter.alpha", "--polish", "-1"],
+     "--polish", "-1"),
 ])
 def test_bad_calibrate_input_exits_2(tmp_path, cli, header, row, argv, key, value):
     data = write_csv(tmp_path / "d.csv", header, [row])

@@ -234,7 +234,7 @@ def test_calibrate_and_predict_priority_rows(tmp_path, cli):
                     "[io]\nprefetch = false\ntime_per_sample = 2e-4\n")  # BASE's
     fit = tmp_path / "fit.toml"
     status, _, err = cli("calibrate", tmp_path / "data.csv", "--base", base, "--fit", "inter.bandwidth", "-o", fit,
-                         "--starts", "1", "--steps", "200", "--prior", "0")
+                         "--starts", "1", "--steps", "200", "--polish", "50", "--prior", "0")
     assert status == 0, err
     assert tomllib.loads(fit.read_text())["inter"]["bandwidth"] == pytest.approx(true_bandwidth, rel=1e-3)
     status, _, err = cli("predict", fit, tmp_path / "query.csv", "-o", tmp_path / "pred.csv")
