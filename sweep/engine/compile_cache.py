@@ -1,7 +1,7 @@
 """Compiled programs kept on disk between runs: JAX's persistent compilation
 cache, so that a second `calibrate`, `validate`, `predict` or sweep of the
 same shapes loads XLA's executables instead of compiling them again (most
-of a fit's time on a CPU: `experiments/validate_ddl.py --quick` takes 272 s
+of a fit's time on a CPU: `experiments/validate_ddl.py --quick` takes 273 s
 cold and 102 s warm on a 2-core Xeon, with identical tables).
 
 The cache lives in `$SSGD_SWEEP_COMPILE_CACHE`, else

@@ -21,16 +21,16 @@ from sweep.fit.model import FITTABLE, Model, build_groups
 
 def jacobian(f, theta) -> np.ndarray:
     """d f / d theta [N, k] of a jit-able `f`: [k] -> [N], one forward-mode
-    column at a time in a loop (`lax.map` of a single `jvp`). jax.jacfwd
-    batches the k columns instead, which XLA compiles ten times slower on
-    the fits' DAG programs (47-51 s against 5 s for the whole Adam fit of
-    the same rows, 6 and 10 keys, 2-core Xeon) for the same values."""
+    column at a time: one jitted `jvp`, called k times. jax.jacfwd batches
+    the k columns, and a `lax.map` of the jvp nests the model's loops in
+    another: on the fits' DAG programs XLA compiles these in up to 51 s and
+    17 s, against 9.5 s for the plain jvp (and 5 s for the whole Adam fit of
+    the same rows; experiments/BENCHMARKS.md, 2026-12-07), for the same
+    values."""
     theta = jnp.asarray(theta)
-
-    def columns(t):
-        return jax.lax.map(lambda v: jax.jvp(f, (t,), (v,))[1], jnp.eye(t.shape[0], dtype=t.dtype))
-
-    return np.asarray(jax.jit(columns)(theta)).T
+    column = jax.jit(lambda t, v: jax.jvp(f, (t,), (v,))[1])
+    basis = jnp.eye(theta.shape[0], dtype=theta.dtype)
+    return np.stack([np.asarray(column(theta, v)) for v in basis], axis=1)
 
 
 def posterior_covariance(jac: np.ndarray, residual: np.ndarray, prior_precision: np.ndarray,
