@@ -1,8 +1,9 @@
 """Compiled programs kept on disk between runs: JAX's persistent compilation
 cache, so that a second `calibrate`, `validate`, `predict` or sweep of the
 same shapes loads XLA's executables instead of compiling them again (most
-of a fit's time on a CPU: `experiments/validate_ddl.py --quick` takes 273 s
-cold and 102 s warm on a 2-core Xeon, with identical tables).
+of a fit's time on a CPU: `experiments/validate_ddl.py --quick` takes 125 s
+cold and 64 s warm on a 2-core Xeon, with identical tables;
+experiments/BENCHMARKS.md).
 
 The cache lives in `$SSGD_SWEEP_COMPILE_CACHE`, else
 `$XDG_CACHE_HOME/ssgd-sweep/xla`, else `~/.cache/ssgd-sweep/xla`; the value
@@ -25,10 +26,10 @@ from pathlib import Path
 ENV = "SSGD_SWEEP_COMPILE_CACHE"
 JAX_ENV = "JAX_COMPILATION_CACHE_DIR"  # JAX's own variable for `jax_compilation_cache_dir`
 OFF = "off"
-MAX_BYTES = 2 << 30  # least recently used entries go beyond 2 GiB (validate_ddl --quick writes 20 MB)
+MAX_BYTES = 2 << 30  # least recently used entries go beyond 2 GiB (validate_ddl --quick writes 7 MB)
 # Programs that compile faster than this are not kept. JAX's default, 1 s,
-# keeps 17 of validate_ddl --quick's 78 programs, and the warm run takes
-# 115 s instead of 102 s.
+# kept 17 of validate_ddl --quick's 78 programs, and its warm run took 115 s
+# instead of 102 s (measured before the fits' Jacobian compiled faster).
 MIN_COMPILE_SECONDS = 0.0
 
 
