@@ -336,6 +336,8 @@ def test_unreadable_files_exit_2(tmp_path, cli, small_data):
     fit.write_text("[inter]\nalpha = 1e-5\n")
     status, _, err = cli("predict", fit, bad, "-o", tmp_path / "p.csv")
     assert status == 2 and "bad.csv" in err and not (tmp_path / "p.csv").exists()
+    status, _, err = cli("predict", fit, tmp_path / "missing.csv", "-o", tmp_path / "p.csv")
+    assert status == 2 and err.startswith("ssgd-sweep: error: query = ") and err.count("\n") == 1  # its own name
 
 
 def test_ps_bandwidth_fitted_apart_from_the_collective_one(tmp_path, cli):

@@ -4,6 +4,7 @@
 sampled."""
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -59,6 +60,13 @@ def test_explain_reports_the_preset_stage(cli, write_spec):
     doc = json.loads(out)
     assert doc["configuration"]["zero"] == 3 and doc["configuration"]["optimizer"] == "adam"
     assert any(t["kind"] == "gather" for t in doc["tasks"])
+    status, text, stderr = cli("explain", spec)  # the readable form shows the gathers' phase ...
+    assert status == 0, stderr
+    assert re.search(r"^  gather +\d", text, re.M)
+    plain = write_spec(BASE.replace("nodes = [1, 2]", "nodes = 2"))
+    status, text, stderr = cli("explain", plain)  # ... only where parameters are sharded
+    assert status == 0, stderr
+    assert "gather" not in text and re.search(r"^  update +\d", text, re.M)
 
 
 def test_predict_rows_with_a_zero_preset(cli, write_spec, tmp_path):

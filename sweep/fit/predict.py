@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from sweep.errors import SpecError
 from sweep.fit.data import MESSAGE, TARGETS, load_rows, read_base
 from sweep.fit.uncertainty import predict_rows
 from sweep.atomic import write_text
@@ -45,7 +46,12 @@ def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple
     """(header, rows) of the output table: the query's cells plus predictions."""
     base = read_base(fit_path)
     uncertainty = fit_table(fit_path)
-    header, rows, _ = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
+    try:
+        header, rows, _ = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
+    except SpecError as err:
+        if err.key != "data":
+            raise
+        raise SpecError("query", err.value, err.reason) from None  # the argument's name in `predict FIT QUERY`
     targets = [t for t in TARGETS if t in header]
     if not targets:
         if MESSAGE in header:

@@ -189,7 +189,10 @@ def format_explain(doc: dict) -> str:
         "",
         "per iteration            time",
     ]
+    kinds = {t["kind"] for t in doc["tasks"]}
     for kind, seconds in b["phases"].items():
+        if kind == "gather" and "gather" not in kinds:
+            continue  # ZeRO's parameter gathers: a phase only where the scenario shards parameters
         lines.append(f"  {kind:<20} {_ms(seconds)}")
     lines += [
         f"  {'exposed comm':<20} {_ms(b['exposed_communication'])}",
