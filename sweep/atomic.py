@@ -17,13 +17,20 @@ from sweep.errors import SpecError
 
 def check_output(key: str, path: str | os.PathLike, suffixes: Sequence[str] | None = None) -> Path:
     """`path` as a Path, or SpecError if it cannot be written as asked."""
+    if not str(path).strip():
+        raise SpecError(key, str(path), "empty file name")
     out = Path(path)
-    if out.is_dir():
-        raise SpecError(key, str(path), "is a directory")
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise SpecError(key, str(path), f"unsupported file type; use one of {', '.join(suffixes)}")
-    if not out.parent.resolve().is_dir():
-        raise SpecError(key, str(path), "its directory does not exist")
+    try:
+        if out.is_dir():
+            raise SpecError(key, str(path), "is a directory")
+        if suffixes and out.suffix.lower() not in suffixes:
+            raise SpecError(key, str(path), f"unsupported file type; use one of {', '.join(suffixes)}")
+        if not out.parent.resolve().is_dir():
+            folder = out.parent
+            reason = "its folder is a file" if folder.exists() else "its directory does not exist"
+            raise SpecError(key, str(path), reason)
+    except OSError as err:  # a name too long, a path through a file: the system's own words
+        raise SpecError(key, str(path), f"cannot be written ({err.strerror or err})") from None
     return out
 
 

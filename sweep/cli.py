@@ -105,8 +105,16 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"ssgd-sweep: warning: {message}", file=sys.stderr)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in the tool's one line (status 2), not the
+    usage block: `ssgd-sweep: error: argument --chunk: invalid int value: 'x'`."""
+
+    def error(self, message):
+        self.exit(2, f"ssgd-sweep: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ssgd-sweep",
         description="Model synchronous data-parallel SGD iterations as a DAG and sweep configurations.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -220,8 +228,9 @@ def _fit_options(args):
     for name in ("starts", "steps"):
         if getattr(args, name) < 1:
             raise SpecError(f"--{name}", getattr(args, name), "must be >= 1")
-    if args.polish < 0:
-        raise SpecError("--polish", args.polish, "must be >= 0")
+    for name in ("polish", "seed"):
+        if getattr(args, name) < 0:
+            raise SpecError(f"--{name}", getattr(args, name), "must be >= 0")
     for name in ("tail", "prior"):
         value = getattr(args, name)
         if not (value >= 0 and math.isfinite(value)):
@@ -273,9 +282,8 @@ def _probe_writable(out: Path, key: str) -> None:
         if probe.exists():
             probe.unlink()
         converted = write_error(out, err)
-        if converted is err:
-            raise
-        raise SpecError(key, str(out), converted.reason) from None
+        reason = converted.reason if converted is not err else f"cannot write there ({err.strerror or err})"
+        raise SpecError(key, str(out), reason) from None
 
 
 def _inputs_of_spec(spec_path: str, spec) -> list[tuple[str, str]]:
@@ -510,7 +518,11 @@ def _validate(args) -> int:
     from sweep.fit.validate import HEADER, records_csv, summary_rows, validate
     from sweep.report.files import markdown_table
 
-    outputs = [_check_output(p) for p in (args.output, args.table) if p]
+    inputs = {"data": args.data, "base scenario": args.base}
+    outputs = [_check_output(path, flag, inputs) for path, flag in ((args.output, "--output"), (args.table, "--table"))
+               if path]
+    if len(outputs) == 2 and _same_file(*outputs):
+        raise SpecError("--table", args.table, "is also the --output file; choose another file")
     for name in ("folds", "min_gpus"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 
 import numpy as np
 
 from sweep.errors import SpecError
 from sweep.fit.data import MESSAGE, TARGETS, load_rows, read_base
+from sweep.fit.model import FITTABLE
 from sweep.fit.uncertainty import predict_rows
 from sweep.atomic import write_text
 from sweep.scenario.spec import read_scenario_file
@@ -35,17 +37,57 @@ LEVEL = 0.9  # nominal coverage of the prediction intervals
 
 
 def fit_table(fit_path) -> dict | None:
-    """The [fit] table of FIT.toml when it can give intervals, else None."""
+    """The [fit] table of FIT.toml when it can give intervals, else None;
+    SpecError where the fields the intervals read are malformed (a hand-edited
+    or truncated file), naming the field."""
     table = read_scenario_file(fit_path).get("fit")
     if not isinstance(table, dict) or "covariance" not in table or "residual_scale" not in table:
         return None
+    fitted = table.get("fitted")
+    if not isinstance(fitted, list) or not all(isinstance(k, str) for k in fitted):
+        raise SpecError("fit.fitted", fitted, f"in {fit_path}: must be a list of the fitted keys' names")
+    unknown = [k for k in fitted if k not in FITTABLE]
+    if unknown:
+        raise SpecError("fit.fitted", unknown[0], f"in {fit_path}: not a key a fit sets")
+    covariance = table["covariance"]
+    k = len(fitted)
+    if (not isinstance(covariance, list) or len(covariance) != k
+            or not all(isinstance(r, list) and len(r) == k and all(_is_real(x) for x in r) for r in covariance)):
+        raise SpecError("fit.covariance", _short(covariance), f"in {fit_path}: must be {k} rows of {k} numbers "
+                                                              "(a row and a column per fitted key)")
+    for name, optional in (("residual_scale", False), ("residual_quantile_90", True)):
+        value = table.get(name)
+        if (value is None and optional) or (_is_number(value) and math.isfinite(value) and value >= 0):
+            continue
+        raise SpecError(f"fit.{name}", value, f"in {fit_path}: must be a finite number >= 0")
+    dof = table.get("degrees_of_freedom", 1)
+    if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
+        raise SpecError("fit.degrees_of_freedom", dof, f"in {fit_path}: must be a whole number >= 1")
     return table
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return _is_real(x) and not math.isnan(x)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the output table: the query's cells plus predictions."""
-    base = read_base(fit_path)
-    uncertainty = fit_table(fit_path)
+    try:
+        base = read_base(fit_path)
+        uncertainty = fit_table(fit_path)
+    except SpecError as err:
+        if err.key != "scenario":
+            raise
+        raise SpecError("fit", err.value, err.reason) from None  # the argument's name in `predict FIT QUERY`
     try:
         header, rows, _ = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
     except SpecError as err:

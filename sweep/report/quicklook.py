@@ -47,7 +47,7 @@ def plot_cube(cube_path: str | os.PathLike, output: str | os.PathLike | None = N
 
 def open_cube(path: Path) -> xr.Dataset:
     if not path.is_file():
-        raise SpecError("cube", str(path), "no such file")
+        raise SpecError("cube", str(path), "is a directory" if path.is_dir() else "no such file")
     from sweep.engine.store import open_cube as open_with_names
 
     try:
