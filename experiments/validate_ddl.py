@@ -79,8 +79,9 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from sweep import (Fold, FitOptions, fit_document, fit_summary, interval_score, make_folds, markdown_table,
-                   read_base, require_data, run_fold, study_arguments, study_error, study_fit_options, write_text)
+from sweep import (Fold, FitOptions, coverage_text, fit_document, fit_summary, interval_score, make_folds,
+                   markdown_table, read_base, require_data, run_fold, study_arguments, study_error,
+                   study_fit_options, write_text)
 from sweep.errors import SpecError
 from sweep.fit import optimise
 
@@ -291,9 +292,10 @@ def table(tasks: list[dict]) -> str:
         m, n, fit = t["model_error"], t["naive_error"], t["fit"]
         summary_rows.append([labels[t["name"]], len(m), pct(fit.median_relative_error), pct(fit.max_relative_error),
                              pct(np.median(m)), pct(m.max()), pct(np.median(n)), pct(n.max()),
-                             pct(np.mean(t["inside"])), f"{interval_score(t['measured'], t['low'], t['high']):.3f}"])
+                             coverage_text(t["inside"]), f"{interval_score(t['measured'], t['low'], t['high']):.3f}"])
     text = markdown_table(["task", "rows", "in-sample median", "in-sample max", "model median", "model max",
-                           "naive median", "naive max", "90 % interval coverage", "interval score"], summary_rows)
+                           "naive median", "naive max", "90 % interval coverage (95 % range)", "interval score"],
+                          summary_rows)
     for t in tasks:
         text += f"\n{labels[t['name']]}, per method (median relative error, model / naive):\n\n"
         methods = [m for m in METHODS if any(r["method"] == m for r in t["test"])]

@@ -19,7 +19,8 @@ Fitting, prediction, validation:
     predict(fit, query)              predictions with intervals from FIT.toml
     validate(data, keys, ...)        out-of-sample errors against the naive baselines;
                                      records_csv, make_folds, run_fold, Fold, fit_document,
-                                     interval_score (of held-out bands), METHOD_COLUMN
+                                     interval_score and coverage_text (of held-out
+                                     bands), METHOD_COLUMN
                                      (the data column naming each row's method)
     read_base, read_rows, read_measurements   the inputs those commands read
 
@@ -53,6 +54,7 @@ _HOMES = {
     "validate": "sweep.fit.validate",
     "records_csv": "sweep.fit.validate",
     "interval_score": "sweep.fit.validate",
+    "coverage_text": "sweep.fit.validate",
     "make_folds": "sweep.fit.validate",
     "run_fold": "sweep.fit.validate",
     "Fold": "sweep.fit.validate",

@@ -175,6 +175,25 @@ def test_interval_score_by_hand():
     assert interval_score([1.0, 1.2], [0.9, 0.9], [1.1, 1.1]) == pytest.approx(width + 10 * math.log(1.2 / 1.1))
 
 
+def test_coverage_range_solves_the_wilson_equation():
+    """The bounds are the two coverages q with (hits/n - q)^2 = z^2 q (1 - q) / n
+    (the score test's acceptance edges), found here as a quadratic's roots."""
+    from sweep import coverage_text
+    from sweep.fit.validate import coverage_range
+
+    z = 1.959963984540054
+    for hits, n in ((15, 18), (11, 18), (42, 42), (0, 5), (50, 54)):
+        p = hits / n
+        roots = np.sort(np.roots([1 + z * z / n, -(2 * p + z * z / n), p * p]).real)
+        low, high = coverage_range([True] * hits + [False] * (n - hits))
+        assert (low, high) == pytest.approx(tuple(np.clip(roots, 0, 1)), abs=1e-12)
+    assert coverage_range([True] * 15 + [False] * 3)[0] < 0.9 < coverage_range([True] * 15 + [False] * 3)[1]
+    assert coverage_range([True] * 11 + [False] * 7)[1] < 0.9  # 61 % on 18 rows: too few inside
+    assert coverage_range([True] * 42)[0] > 0.9  # 42 of 42: the bands are too wide
+    assert coverage_text([True] * 15 + [False] * 3) == "83.3 % (61-94)"
+    assert coverage_text([]) == "-"
+
+
 def test_jacobian_column_by_column_is_the_closed_form():
     def f(t):
         return jnp.stack([t[0] * t[1], jnp.sin(t[0]), jnp.exp(t[1]) * t[0] ** 2, t[2] ** 3])
