@@ -116,3 +116,18 @@ def test_predict_refuses_a_malformed_fit_table(old, new, field, value, cli, tmp_
     status, _, err = cli("predict", bad, query, "-o", out)
     one_line(status, err, field, value)
     assert not out.exists()
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path):
+    """Spreadsheets and Windows editors start UTF-8 files with a BOM: the data's
+    first column and the scenario's first key keep their names."""
+    from sweep.fit.data import read_rows
+    from sweep.scenario.spec import read_scenario_file
+
+    data = tmp_path / "bom.csv"
+    data.write_bytes(b"\xef\xbb\xbf" + ALLREDUCE.encode())
+    header, rows = read_rows(data, {})
+    assert header[0] == "nodes" and rows[0].point["nodes"] == 2
+    spec = tmp_path / "bom.toml"
+    spec.write_bytes(b'\xef\xbb\xbfmodel = "resnet50"\nbatch_size = 32\n')
+    assert read_scenario_file(spec) == {"model": "resnet50", "batch_size": 32}

@@ -48,7 +48,7 @@ def read_rows(path: str | os.PathLike, base: dict, need_target: bool = True,
     """(header, rows) of a calibrate or predict CSV, every cell validated.
     Columns named in `labels` are free text (kept in `cells`, not keys)."""
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
             table = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError("data", str(path), f"cannot read file ({err.__class__.__name__}: "

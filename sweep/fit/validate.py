@@ -218,7 +218,7 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
     fitted = expand_fit(fit_keys)
     base = read_base(base_path)
     try:
-        with open(data, newline="", encoding="utf-8") as handle:
+        with open(data, newline="", encoding="utf-8-sig") as handle:
             header = next(csv.reader(handle), [])
     except (OSError, UnicodeDecodeError):
         header = []  # read_rows says what is wrong

@@ -210,7 +210,7 @@ def read_scenario_file(path: str | os.PathLike) -> dict:
     if data.startswith(b"\x89HDF") or data.startswith(b"CDF"):
         raise SpecError("scenario", str(path), "is a netCDF cube, not a TOML scenario")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a leading byte-order mark (Windows editors) is not TOML
     except UnicodeDecodeError as err:
         raise SpecError("scenario", str(path), f"not UTF-8 text (byte {err.start}: {data[err.start:err.start + 1]!r}); "
                                                "save it as UTF-8")
