@@ -228,3 +228,124 @@ def test_validate_takes_a_format(tmp_path, cli):
     status, _, err = cli("validate", path, "--base", base, "--fit", "inter.alpha", "--split", "size", "--cut", 20,
                          "--format", "osu", "--starts", 1, "--steps", 100)
     assert status == 0, err
+
+
+# Malformed data rows are reported as anomalies left out, never dropped silently (line 19 is the 1048576-byte row).
+CUT_ROWS = {
+    "cut after the type": "     1048576        262144     float\n",
+    "cut in the time": "     1048576        262144     float     sum      -1    210.\n",
+    "cut in the in-place columns": "     1048576        262144     float     sum      -1    210.5    4.98    7.47      0    209\n",
+    "nan time": "     1048576        262144     float     sum      -1      nan    4.98    7.47      0    209.9    5.00    7.49      0\n",
+    "negative time": "     1048576        262144     float     sum      -1   -210.5    4.98    7.47      0    209.9    5.00    7.49      0\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CUT_ROWS))
+def test_unreadable_nccl_tests_rows_are_reported(tmp_path, case):
+    lines = NCCL.splitlines(keepends=True)
+    assert lines[18].split()[0] == "1048576"
+    lines[18] = CUT_ROWS[case]
+    path = tmp_path / "allreduce.txt"
+    path.write_text("".join(lines))
+    rows, odd, _ = read_measurements(path, {})
+    assert [r["message_bytes"] for r in rows] == [16, 32, 64, 256, 8388608]
+    # the warm-up row, the spike and the cut row; banner, NCCL INFO and summary lines are not data rows
+    assert [a.line for a in odd] == [13, 17, 19]
+    assert odd[2].reason.startswith("unreadable row: ") and "1048576" in odd[2].reason
+
+
+def test_unreadable_rows_without_a_header_line_are_reported(tmp_path):
+    text = "".join(line for line in NCCL_OLD.splitlines(keepends=True) if "size" not in line)
+    text = text.replace("98.33   10.66   18.66  0e+00    97.48   10.76   18.83  0e+00", "nan")
+    path = tmp_path / "old.txt"
+    path.write_text(text + "     2097152        524288   float\n")
+    rows, odd, _ = read_measurements(path, {"nodes": 1, "gpus_per_node": 8})
+    assert [r["message_bytes"] for r in rows] == [8, 16]
+    assert [a.line for a in odd] == [7, 8] and all(a.reason.startswith("unreadable row: ") for a in odd)
+
+
+@pytest.mark.parametrize("row", ["8   abc\n", "16      \n", "32   -5.0\n"])
+def test_unreadable_osu_rows_are_reported(tmp_path, row):
+    path = tmp_path / "osu.txt"
+    path.write_text(OSU.replace("16                     32.38\n", row) + "1 more process has sent help message help-mpi-btl-openib.txt\n")
+    rows, odd, _ = read_measurements(path, {"nodes": 2, "gpus_per_node": 1})
+    assert [r["message_bytes"] for r in rows] == [4, 8, 1048576]
+    assert [a.line for a in odd] == [5] and odd[0].reason.startswith("unreadable row: ")
+
+
+def test_unreadable_rows_are_printed_by_calibrate_and_a_file_of_them_exits_2(tmp_path, cli):
+    path = tmp_path / "allreduce.txt"
+    path.write_text(NCCL.replace("210.5    4.98    7.47      0    209.9    5.00    7.49      0", "210."))
+    fit = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", fit, "--starts", 1, "--steps", 50)
+    assert status == 0, err
+    assert "left out of the fit as anomalous (3)" in err and "line 19: unreadable row: " in err
+    assert "line 19: unreadable row" in " ".join(tomllib.loads(fit.read_text())["fit"]["excluded"])
+    lines = NCCL.splitlines(keepends=True)
+    path.write_text("".join(lines[:12]) + "           8             2     float\n")
+    status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", tmp_path / "f2.toml")
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "line 13: unreadable row" in err and not (tmp_path / "f2.toml").exists()
+
+
+NCCL_CSV = """\
+gpu,size_bytes,nodes,gpus_per_node,time_us_oop,busbw_oop
+A100,8,2,4,30.1,0.00
+A100,16,2,4,30.4,0.00
+A100,1048576,2,4,210.5,7.47
+"""
+
+
+def test_unreadable_nccl_tests_csv_rows_are_reported(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(NCCL_CSV.replace("30.4", "abc"))
+    rows, odd, fmt = read_measurements(path, {})
+    assert fmt == "nccl-tests-csv" and [r["message_bytes"] for r in rows] == [8, 1048576]
+    assert [a.line for a in odd] == [3] and "unreadable row: time_us_oop = 'abc'" in odd[0].reason
+    path.write_text(NCCL_CSV + "A100,2097152,2")  # cut off mid-row
+    rows, odd, _ = read_measurements(path, {})
+    assert len(rows) == 3 and [a.line for a in odd] == [5] and "cut off" in odd[0].reason
+
+
+@pytest.mark.parametrize("cell, shown", [("eight", "'eight'"), ("", "''"), ("0", "'0'"), ("2.5", "'2.5'")])
+def test_bad_nodes_in_an_nccl_tests_csv_exits_2_naming_the_line(tmp_path, cli, cell, shown):
+    path = tmp_path / "t.csv"
+    path.write_text(NCCL_CSV.replace("16,2,4", f"16,{cell},4"))
+    status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"nodes = {shown}: line 3 of t.csv: must be a whole number >= 1" in err, err
+
+
+@pytest.mark.parametrize("column", ["nodes", "gpus_per_node", "time_us_oop"])
+def test_a_missing_nccl_tests_csv_column_is_named(tmp_path, cli, column):
+    from sweep.errors import SpecError
+
+    header, *rows = NCCL_CSV.splitlines()
+    keep = [i for i, c in enumerate(header.split(",")) if c != column]
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in [header, *rows]) + "\n")
+    with pytest.raises(SpecError, match=rf"^{column} = None: t.csv: column missing .*missing {column}\)$"):
+        read_measurements(path, {}, "nccl-tests-csv")
+    if column != "time_us_oop":  # (without it the file is not detected as nccl-tests-csv)
+        status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
+        assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert f"error: {column} = None: " in err and "missing" in err, err
+
+
+def test_benchmark_csv_with_a_byte_order_mark_reads(tmp_path):
+    for name, text, base in (("t.csv", NCCL_CSV, {}), ("osu.csv", OSU_CSV, {})):
+        plain, marked = tmp_path / f"plain_{name}", tmp_path / f"bom_{name}"
+        plain.write_text(text)
+        marked.write_text(text, encoding="utf-8-sig")
+        assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+        assert detect(marked) == detect(plain)
+        assert read_measurements(marked, base) == read_measurements(plain, base)
+
+
+@pytest.mark.skipif(not DATA.exists(), reason=f"nccl-tests tables not available: {DATA} is absent")
+def test_every_nccl_tests_table_reads_every_row():
+    for path in sorted(DATA.glob("*.csv")):
+        rows, odd, _ = read_measurements(path, {})
+        with open(path, newline="") as handle:
+            assert len(rows) + len(odd) == sum(1 for _ in csv.DictReader(handle)), path.name
+        assert not [a for a in odd if "unreadable" in a.reason], path.name

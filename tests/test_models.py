@@ -245,3 +245,29 @@ def test_the_transformer_through_calibrate_predict_and_sensitivities(cli, tmp_pa
     with open(tmp_path / "pred.csv", newline="") as handle:
         predicted = float(next(csv.DictReader(handle))["predicted_throughput"])
     assert predicted == pytest.approx(row[8][-1], rel=1e-4)
+
+
+def test_a_model_csv_with_a_column_given_twice_exits_2(cli, write_spec, tmp_path):
+    model = tmp_path / "twice.csv"
+    model.write_text("name,params,forward_flops,params\nfc,3,10,5\n")
+    with pytest.raises(SpecError, match="column 'params' given twice"):
+        zoo.get_model(str(model))
+    status, _, stderr = cli("run", write_spec('model = "twice.csv"\nbatch_size = 8\n'), "-o", tmp_path / "o.nc")
+    assert status == 2 and len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+    assert stderr.startswith(f"ssgd-sweep: error: model = '{model}'") and "column 'params' given twice" in stderr
+    status, _, stderr = cli("models", model)
+    assert status == 2 and "given twice" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_a_model_file_with_a_byte_order_mark_reads(cli, tmp_path):
+    # Spreadsheet programs write a UTF-8 byte-order mark before the header.
+    csv_path, json_path = tmp_path / "bom.csv", tmp_path / "bom.json"
+    csv_path.write_text("name,params,forward_flops\nfc,3,10\n", encoding="utf-8-sig")
+    json_path.write_text('{"bom": {"layers": [{"name": "fc", "params": 3, "forward_flops": 10}]}}',
+                         encoding="utf-8-sig")
+    for path in (csv_path, json_path):
+        assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+        model = zoo.get_model(str(path))
+        assert [layer.name for layer in model.layers] == ["fc"] and model.params == 3
+        status, out, stderr = cli("models", path)
+        assert status == 0, stderr

@@ -25,7 +25,12 @@ people have, detected from their first lines:
 Each becomes rows of `nodes, gpus_per_node, message_bytes, allreduce_time`.
 Anomalous rows are kept out of the fit and reported: a size whose time is
 more than `SPIKE` times the next larger size's (the first, warm-up row, and
-single-size outliers: a larger message cannot be that much faster).
+single-size outliers: a larger message cannot be that much faster), and
+data rows that cannot be read ("unreadable row": cut off mid-line, a time
+that is not a positive number). Lines that are no data rows (`#` lines,
+NCCL INFO lines, warnings) are passed over. A file with no readable row, a
+CSV without a needed column, or a CSV `nodes` or `gpus_per_node` that is no
+whole number >= 1 is a SpecError. A UTF-8 byte-order mark is allowed.
 """
 from __future__ import annotations
 
@@ -35,11 +40,12 @@ import math
 import os
 from pathlib import Path
 
-from sweep.errors import SpecError
+from sweep.errors import SpecError, show
 
 FORMATS = ("csv", "nccl-tests", "nccl-tests-csv", "osu", "osu-csv")
 SPIKE = 1.5  # a time this many times the next larger size's is anomalous
 REDOPS = {"sum", "prod", "min", "max", "avg", "premulsum"}
+NCCL_CSV_COLUMNS = ("size_bytes", "time_us_oop", "nodes", "gpus_per_node")  # what nccl-tests-csv needs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +68,7 @@ class Anomaly:
 def detect(path: str | os.PathLike) -> str:
     """The format of a measurement file (FORMATS), from its first lines."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
             head = [next(handle, "") for _ in range(40)]
     except OSError:
         return "csv"  # the CSV reader says what is wrong
@@ -88,10 +94,52 @@ def _float(token: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def read_nccl_tests(path) -> tuple[list[Measurement], dict]:
-    """(rows, layout) of nccl-tests text; layout: ranks and nodes when printed."""
-    ranks, hosts, rows = 0, [], []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+def _unreadable(line: int, why: str, text: str) -> Anomaly:
+    """A data row that cannot be read, reported as left out."""
+    return Anomaly(line, math.nan, math.nan, f"unreadable row: {why}: {show(' '.join(text.split()))}")
+
+
+def _data_row(words: list[str]) -> bool:
+    """Whether a (non-`#`) line of benchmark text is a data row, whole or cut
+    off: it starts with a number and goes on with a number or ends within
+    two words. NCCL INFO lines, warnings and MPI's messages ("1 more process
+    has sent help message ...") are no data rows."""
+    return bool(words) and _float(words[0]) is not None and (len(words) <= 2 or _float(words[1]) is not None)
+
+
+def _nccl_row(words: list[str], columns: list[str] | None) -> tuple[float, float] | str:
+    """(size [B], out-of-place time [s]) of an nccl-tests data row, or why it
+    is unreadable. `columns`: the header line's column names, when seen."""
+    size = _float(words[0])
+    if size is None or size < 0:
+        return f"size {words[0]!r} is not a number >= 0"
+    if columns:
+        if len(words) < len(columns):
+            return f"cut off after {len(words)} of {len(columns)} columns"
+        if "redop" in columns and words[columns.index("redop")].lower() not in REDOPS:
+            return f"redop {words[columns.index('redop')]!r} is not an all-reduce's"
+        token = words[columns.index("time")]
+    else:  # no header line: size, count, type, redop, [root,] time, ...
+        if len(words) < 6:
+            return f"cut off after {len(words)} columns"
+        rest = words[3:]
+        if rest[0].lower() in REDOPS:
+            rest = rest[1:]
+            if rest[0].lstrip("-").isdigit() and len(rest) in (5, 9):  # a root column
+                rest = rest[1:]
+        token = rest[0]
+    time = _float(token)
+    if time is None or time <= 0:
+        return f"time {token!r} us is not a positive number"
+    return size, time * 1e-6
+
+
+def read_nccl_tests(path) -> tuple[list[Measurement], dict, list[Anomaly]]:
+    """(rows, layout, unreadable rows) of nccl-tests text; layout: ranks and
+    nodes when printed."""
+    ranks, hosts, rows, bad = 0, [], [], []
+    columns = None  # the header line's column names: size count type redop [root] time ...
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             stripped = line.strip()
             if not stripped:
@@ -103,52 +151,82 @@ def read_nccl_tests(path) -> tuple[list[Measurement], dict]:
                     host = stripped.split(" on ", 1)[1].split()[0]
                     if host not in hosts:
                         hosts.append(host)
+                elif words[:3] == ["size", "count", "type"] and "time" in words:
+                    columns = words
                 continue
             words = stripped.split()
-            if len(words) < 6 or _float(words[0]) is None or _float(words[1]) is None:
+            if not _data_row(words):
                 continue  # e.g. NCCL INFO lines, warnings
-            rest = words[3:]
-            if rest and rest[0].lower() in REDOPS:
-                rest = rest[1:]
-                if rest and rest[0].lstrip("-").isdigit() and len(rest) in (5, 9):  # a root column
-                    rest = rest[1:]
-            time = _float(rest[0]) if rest else None
-            if time is None or time <= 0:
+            measured = _nccl_row(words, columns)
+            if isinstance(measured, str):
+                bad.append(_unreadable(number, measured, stripped))
+            else:
+                rows.append(Measurement(number, None, None, *measured))
+    return rows, {"ranks": ranks or None, "nodes": len(hosts) or None}, bad
+
+
+def _whole(name: str, column: str, number: int, raw: str | None) -> int:
+    """A CSV cell that must be a whole number >= 1 (nodes, gpus_per_node)."""
+    value = _float(raw or "")
+    if value is None or value < 1 or value != int(value):
+        raise SpecError(column, raw, f"line {number} of {name}: must be a whole number >= 1")
+    return int(value)
+
+
+def read_nccl_tests_csv(path) -> tuple[list[Measurement], list[Anomaly]]:
+    """(rows, unreadable rows) of an nccl-tests table as CSV."""
+    rows, bad, name = [], [], Path(path).name
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.DictReader(handle)
+        header = [(c or "").strip() for c in reader.fieldnames or []]
+        missing = [c for c in NCCL_CSV_COLUMNS if c not in header]
+        if missing:
+            raise SpecError(missing[0], None, f"{name}: column missing from the nccl-tests-csv header (it needs "
+                                              f"{', '.join(NCCL_CSV_COLUMNS)}; missing {', '.join(missing)})")
+        for raw in reader:
+            number = reader.line_num
+            r = {k.strip(): v for k, v in raw.items() if k is not None}
+            text = ",".join(v for v in r.values() if v is not None)
+            if any(r.get(c) is None for c in NCCL_CSV_COLUMNS):  # fewer fields than the header
+                given = sum(v is not None for v in r.values())
+                bad.append(_unreadable(number, f"cut off after {given} of {len(header)} columns", text))
                 continue
-            rows.append(Measurement(number, None, None, float(words[0]), time * 1e-6))
-    return rows, {"ranks": ranks or None, "nodes": len(hosts) or None}
+            nodes = _whole(name, "nodes", number, r["nodes"])
+            gpus = _whole(name, "gpus_per_node", number, r["gpus_per_node"])
+            time, size = _float(r["time_us_oop"]), _float(r["size_bytes"])
+            if size is None or size <= 0:
+                bad.append(_unreadable(number, f"size_bytes = {r['size_bytes']!r} is not a positive number", text))
+            elif time is None or time <= 0:
+                bad.append(_unreadable(number, f"time_us_oop = {r['time_us_oop']!r} is not a positive number", text))
+            else:
+                rows.append(Measurement(number, nodes, gpus, size, time * 1e-6))
+    return rows, bad
 
 
-def read_nccl_tests_csv(path) -> list[Measurement]:
-    rows = []
-    with open(path, newline="", encoding="utf-8") as handle:
-        for number, r in enumerate(csv.DictReader(handle), start=2):
-            time = _float(r.get("time_us_oop", "") or "")
-            size = _float(r.get("size_bytes", "") or "")
-            if time is None or size is None or time <= 0 or size <= 0:
-                continue
-            rows.append(Measurement(number, int(r["nodes"]), int(r["gpus_per_node"]), size, time * 1e-6))
-    return rows
-
-
-def read_osu(path) -> list[Measurement]:
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+def read_osu(path) -> tuple[list[Measurement], list[Anomaly]]:
+    """(rows, unreadable rows) of OSU text."""
+    rows, bad = [], []
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             words = line.split()
-            if not words or line.lstrip().startswith("#"):
+            if not words or line.lstrip().startswith("#") or not _data_row(words):
                 continue
-            size, latency = (_float(words[0]), _float(words[1])) if len(words) >= 2 else (None, None)
-            if size is None or latency is None or size <= 0 or latency <= 0:
-                continue
-            rows.append(Measurement(number, None, None, size, latency * 1e-6))
-    return rows
+            size, latency = _float(words[0]), (_float(words[1]) if len(words) >= 2 else None)
+            if len(words) < 2:
+                bad.append(_unreadable(number, "cut off after the size", line))
+            elif size is None or size <= 0:
+                bad.append(_unreadable(number, f"size {words[0]!r} is not a positive number", line))
+            elif latency is None or latency <= 0:
+                bad.append(_unreadable(number, f"latency {words[1]!r} us is not a positive number", line))
+            else:
+                rows.append(Measurement(number, None, None, size, latency * 1e-6))
+    return rows, bad
 
 
 def read_osu_csv(path, per_node: int) -> list[Measurement]:
     """OSU latencies as CSV, `per_node` processes to a node."""
     rows = []
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         for number, r in enumerate(csv.DictReader(handle), start=2):
             values = {k: _float(r.get(k) or "") for k in ("processes", "message_bytes", "latency_us")}
             for key, value in values.items():
@@ -196,21 +274,23 @@ def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[di
     if fmt not in FORMATS[1:]:  # (calibrate.load_rows reads "csv" itself)
         raise SpecError("--format", fmt, f"not a benchmark format; choose {', '.join(FORMATS[1:])}")
     layout: dict = {}
+    bad: list[Anomaly] = []  # unreadable rows
     try:
         if fmt == "nccl-tests":
-            rows, layout = read_nccl_tests(path)
+            rows, layout, bad = read_nccl_tests(path)
         elif fmt == "nccl-tests-csv":
-            rows = read_nccl_tests_csv(path)
+            rows, bad = read_nccl_tests_csv(path)
         elif fmt == "osu-csv":
             rows = read_osu_csv(path, _per_node(base))
         else:
-            rows = read_osu(path)
+            rows, bad = read_osu(path)
     except SpecError:
         raise
     except (OSError, UnicodeDecodeError, KeyError, ValueError) as err:
         raise SpecError("data", str(path), f"cannot read {fmt} output ({err.__class__.__name__}: {err})")
     if not rows:
-        raise SpecError("data", str(path), f"no measurements found in this {fmt} output")
+        first = f"; line {bad[0].line}: {bad[0].reason}" if bad else ""
+        raise SpecError("data", str(path), f"no measurements found in this {fmt} output{first}")
     nodes, gpus = base.get("nodes"), base.get("gpus_per_node")
     if nodes is None and layout.get("nodes"):
         nodes = layout["nodes"]
@@ -225,6 +305,7 @@ def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[di
         raise SpecError("nodes", nodes, f"{Path(path).name}: an all-reduce needs at least 2 processes")
     odd = anomalies(resolved)
     skip = {a.line for a in odd}
+    odd = sorted(odd + bad, key=lambda a: a.line)
     out = [{"nodes": r.nodes, "gpus_per_node": r.gpus_per_node, "message_bytes": r.message_bytes,
             "allreduce_time": r.seconds, "line": r.line} for r in resolved if r.line not in skip]
     return out, odd, fmt

@@ -16,7 +16,8 @@ object with one entry, the model's name, holding `layers` and the model's
 fields (`params`, `forward_flops` and `activation_bytes` totals are checked
 against the layers' sums when present; `seq_len` is recorded). So a zoo
 model can be exported, edited and used. Files are read again whenever their
-contents change (`file_digest`).
+contents change (`file_digest`). A UTF-8 byte-order mark is allowed; a CSV
+column given twice is an error.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def _read(path: str) -> bytes:
 @functools.lru_cache(maxsize=64)
 def _parse(path: str, digest: str, data: bytes) -> Model:
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark, as spreadsheet programs write, is allowed
     except UnicodeDecodeError as err:
         raise SpecError(KEY, path, f"not UTF-8 text (byte {err.start})")
     name = os.path.splitext(os.path.basename(path))[0]
@@ -119,6 +120,9 @@ def _from_csv(path: str, name: str, text: str) -> Model:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise SpecError(KEY, path, f"CSV needs columns {', '.join(REQUIRED)}; missing {', '.join(missing)}")
+    twice = next((c for c in header if header.count(c) > 1), None)
+    if twice is not None:
+        raise SpecError(KEY, path, f"column {twice!r} given twice in the header")
     unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
     if unknown:
         raise SpecError(KEY, path, f"unknown column {unknown[0]!r}; the columns are {', '.join(REQUIRED + OPTIONAL)}")
