@@ -165,6 +165,7 @@ def test_calibrate_and_predict_read_benchmark_output(tmp_path, cli):
     out = tmp_path / "pred.csv"
     status, _, err = cli("predict", fit, path, "-o", out)
     assert status == 0, err
+    assert "warning: 2 row(s) of" in err and "left out as anomalous, not predicted" in err  # said, not silent
     with open(out, newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 6 and all(float(r["predicted_allreduce_time_low"]) < float(r["predicted_allreduce_time"])

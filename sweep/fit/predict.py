@@ -23,6 +23,7 @@ import csv
 import io
 import math
 import os
+import warnings
 
 import numpy as np
 
@@ -89,11 +90,14 @@ def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple
             raise
         raise SpecError("fit", err.value, err.reason) from None  # the argument's name in `predict FIT QUERY`
     try:
-        header, rows, _ = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
+        header, rows, odd = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
     except SpecError as err:
         if err.key != "data":
             raise
         raise SpecError("query", err.value, err.reason) from None  # the argument's name in `predict FIT QUERY`
+    if odd:  # benchmark output: rows its reader leaves out (warm-up, spikes, unreadable) get no line
+        warnings.warn(f"{len(odd)} row(s) of {query_path} left out as anomalous, not predicted: "
+                      + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
     targets = [t for t in TARGETS if t in header]
     if not targets:
         if MESSAGE in header:
