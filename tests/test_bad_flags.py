@@ -131,3 +131,16 @@ def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path):
     spec = tmp_path / "bom.toml"
     spec.write_bytes(b'\xef\xbb\xbfmodel = "resnet50"\nbatch_size = 32\n')
     assert read_scenario_file(spec) == {"model": "resnet50", "batch_size": 32}
+
+
+def test_a_fit_that_cannot_reach_a_finite_loss_writes_nothing(cli, tmp_path):
+    """Times of 1e300 s (no unit mistake makes them sane) leave every start's loss
+    infinite: exit 2 naming the data, no FIT.toml of infinite errors."""
+    data = tmp_path / "absurd.csv"
+    data.write_text("nodes,gpus_per_node,message_bytes,allreduce_time\n"
+                    "2,1,1000,1e300\n2,1,100000,1e-300\n4,1,1000,2e-5\n4,1,100000,1e-4\n")
+    out = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "-o", out,
+                         "--starts", 1, "--steps", 5, "--polish", 0)
+    one_line(status, err, "data", "absurd.csv", "no start reached a finite loss")
+    assert not out.exists()
