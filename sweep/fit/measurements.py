@@ -165,6 +165,15 @@ def read_nccl_tests(path) -> tuple[list[Measurement], dict, list[Anomaly]]:
     return rows, {"ranks": ranks or None, "nodes": len(hosts) or None}, bad
 
 
+def _not_positive(*cells: tuple[str, str]) -> str | None:
+    """Why the first of (name, text) cells that is not a finite number > 0 is not, or None."""
+    for name, text in cells:
+        value = _float(text)
+        if value is None or value <= 0:
+            return f"{name} = {text!r} is not a positive number"
+    return None
+
+
 def _whole(name: str, column: str, number: int, raw: str | None) -> int:
     """A CSV cell that must be a whole number >= 1 (nodes, gpus_per_node)."""
     value = _float(raw or "")
@@ -193,12 +202,11 @@ def read_nccl_tests_csv(path) -> tuple[list[Measurement], list[Anomaly]]:
                 continue
             nodes = _whole(name, "nodes", number, r["nodes"])
             gpus = _whole(name, "gpus_per_node", number, r["gpus_per_node"])
-            time, size = _float(r["time_us_oop"]), _float(r["size_bytes"])
-            if size is None or size <= 0:
-                bad.append(_unreadable(number, f"size_bytes = {r['size_bytes']!r} is not a positive number", text))
-            elif time is None or time <= 0:
-                bad.append(_unreadable(number, f"time_us_oop = {r['time_us_oop']!r} is not a positive number", text))
+            why = _not_positive(("size_bytes", r["size_bytes"]), ("time_us_oop", r["time_us_oop"]))
+            if why:
+                bad.append(_unreadable(number, why, text))
             else:
+                size, time = _float(r["size_bytes"]), _float(r["time_us_oop"])
                 rows.append(Measurement(number, nodes, gpus, size, time * 1e-6))
     return rows, bad
 
@@ -211,15 +219,12 @@ def read_osu(path) -> tuple[list[Measurement], list[Anomaly]]:
             words = line.split()
             if not words or line.lstrip().startswith("#") or not _data_row(words):
                 continue
-            size, latency = _float(words[0]), (_float(words[1]) if len(words) >= 2 else None)
-            if len(words) < 2:
-                bad.append(_unreadable(number, "cut off after the size", line))
-            elif size is None or size <= 0:
-                bad.append(_unreadable(number, f"size {words[0]!r} is not a positive number", line))
-            elif latency is None or latency <= 0:
-                bad.append(_unreadable(number, f"latency {words[1]!r} us is not a positive number", line))
+            why = "cut off after the size" if len(words) < 2 else _not_positive(("size", words[0]),
+                                                                               ("latency [us]", words[1]))
+            if why:
+                bad.append(_unreadable(number, why, line))
             else:
-                rows.append(Measurement(number, None, None, size, latency * 1e-6))
+                rows.append(Measurement(number, None, None, _float(words[0]), _float(words[1]) * 1e-6))
     return rows, bad
 
 
