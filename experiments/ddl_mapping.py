@@ -168,17 +168,27 @@ def mapped_base(base_text: str, path: Path, network: str = "") -> dict:
     return base
 
 
+# The inter line rate where the data's `network` names no link: the wire is
+# unknown, so no bound (as validate_nccl's UNBOUNDED). Under the default
+# link's 10GbE rate a faster fabric's rows could not be fitted at all; an
+# unbounded rate only leaves the bandwidth to the data and its prior.
+UNKNOWN_WIRE = 1e12
+
+
 def with_network_link(base: dict, network: str) -> dict:
     """`base` with the inter link the data's `network` names, unless it
-    names one itself; the scenario default (10gbe) where the label names
-    none, with a note to name it in `--base`."""
+    names one itself. Where the label names none: the scenario default
+    (10gbe) as the start and prior centre, but no line-rate bound
+    (`UNKNOWN_WIRE`, unless the base sets `inter.line_rate`), with a note to
+    name the link in `--base`."""
     if "inter.name" in base or not network:
         return base
     link = link_of_network(network)
     if link is None:
         print(f"validate_ddl: network {network!r} names no catalog link: inter link "
-              f"{KEYS['inter.name'].default} (name yours in --base)", file=sys.stderr)
-        return base
+              f"{KEYS['inter.name'].default}'s values as the start, no line-rate bound (name yours in --base)",
+              file=sys.stderr)
+        return {**base, "inter.line_rate": base.get("inter.line_rate", UNKNOWN_WIRE)}
     return {**base, "inter.name": link}
 
 

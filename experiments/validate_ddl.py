@@ -49,8 +49,8 @@ of fixed keys under every row (default: rtx2080ti GPUs and pcie3, `ddl_mapping.B
 e.g. another GPU and network for another cluster. Unless the base names
 the inter link, it is the catalog link the file's `network` names
 (`network_labels.link_of_network`: "10gbe-tcp" -> 10gbe, "100GbE RoCE" -> 100gbe,
-"100Gb InfiniBand" or "IB EDR" -> ib-edr; 10gbe, with a note, where it
-names none). The mapping adds `inter.alpha_exponent = ddl_mapping.TREE_ALPHA_EXPONENT` to any base that
+"100Gb InfiniBand" or "IB EDR" -> ib-edr; where it names none, 10gbe's
+values as the start with no line-rate bound, and a note). The mapping adds `inter.alpha_exponent = ddl_mapping.TREE_ALPHA_EXPONENT` to any base that
 does not set it, NCCL's LL hop latency as `intra.alpha` to any base
 that does not set the intra link's latency, and, where the file's
 `network` says TCP (or IPoIB), the base's fabric as used through TCP

@@ -220,7 +220,8 @@ def test_a_network_used_through_tcp_takes_the_fabrics_tcp_link(tmp_path, capsys)
 def test_the_inter_link_is_the_one_the_network_names_unless_the_base_names_one(tmp_path, capsys):
     """Without an inter link in the base, the data's `network` label picks
     the catalog link (then its `-tcp` entry where the label says TCP); a
-    label that names none leaves the default (10gbe) and says so."""
+    label that names none leaves the default (10gbe) as the start, without
+    its line rate as a bound, and says so."""
     vd = module()
     names = {"10gbe-tcp": "10gbe", "100gbe-tcp": "100gbe", "100GbE RoCE": "100gbe", "IB EDR": "ib-edr",
              "100Gb InfiniBand": "ib-edr", "100gbib": "ib-edr", "100Gb IPoIB": "ib-edr", "200Gb HDR IB": "ib-hdr",
@@ -232,8 +233,11 @@ def test_the_inter_link_is_the_one_the_network_names_unless_the_base_names_one(t
     assert vd.mapped_base(vd.BASE, tmp_path / "c.toml", "100Gb IPoIB")["inter.name"] == "ib-edr-tcp"
     assert vd.mapped_base('inter = "ib-edr"\n', tmp_path / "d.toml", "100gbe")["inter.name"] == "ib-edr"
     capsys.readouterr()
-    assert "inter.name" not in vd.mapped_base(vd.BASE, tmp_path / "e.toml", "efa")
-    assert "names no catalog link" in capsys.readouterr().err
+    unknown = vd.mapped_base(vd.BASE, tmp_path / "e.toml", "efa")
+    assert "inter.name" not in unknown and "names no catalog link" in capsys.readouterr().err
+    # ... and with no line rate to bound it: a fast fabric under 10GbE's rate could not be fitted
+    assert unknown["inter.line_rate"] >= 1e12
+    assert vd.mapped_base(vd.BASE + "line_rate = 5e9\n", tmp_path / "f.toml", "efa")["inter.line_rate"] == 5e9
 
 
 def test_a_file_of_several_networks_runs_once_per_network(tmp_path, capsys, monkeypatch):
