@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep import study_error
+from sweep.graph import zoo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddl_mapping import METHODS  # noqa: E402
@@ -32,8 +33,9 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
     a note; else the `single-gpu` row of `single_path` (`--single`: another
     file of the same GPUs). One-GPU rows train nothing; rows of a method
     the mapping does not know are left out with a note naming them (exit 2
-    where no multi-GPU row of a known method is left). A bad cell exits 2
-    with one line naming its column, value and line."""
+    where no multi-GPU row of a known method is left; a method or model
+    spelled another way is the name it spells: `spelled`). A bad cell
+    exits 2 with one line naming its column, value and line."""
     records = read_records(path)
     unknown = Counter(r["method"] for r in records if r["method"] not in (*METHODS, "single-gpu"))
     records = [r for r in records if r["method"] not in unknown]
@@ -78,6 +80,25 @@ def load(path: Path, single_path: Path | None = None) -> tuple[list[dict], dict[
 
 # The columns a data file needs (seq_len, throughput_std and others may be absent).
 DATA_COLUMNS = ("dnn", "batch_size", "network", "method", "gpus", "nodes", "gpus_per_node", "throughput")
+# The names a cell may spell another way ("wfbp_a2a", "ResNet-50", "BERT Base"): case, spaces,
+# hyphens and underscores aside, a method the mapping knows, or a model of the zoo.
+METHOD_NAMES = (*METHODS, "single-gpu")
+DNN_NAMES = tuple(zoo.MODEL_NAMES)
+
+
+def spelled(cell: str | None, names: tuple[str, ...]) -> str:
+    """`cell` as the one of `names` it spells, case and separators aside
+    (where exactly one does: gpt3_1.3b and gpt3_13b spell alike); else as
+    given, stripped."""
+    text = (cell or "").strip()
+    if text in names:
+        return text
+    matches = [n for n in names if _letters_and_digits(n) == _letters_and_digits(text)]
+    return matches[0] if len(matches) == 1 else text
+
+
+def _letters_and_digits(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 def read_records(path: Path) -> list[dict]:
@@ -90,6 +111,7 @@ def read_records(path: Path) -> list[dict]:
     if lacking:
         study_error("validate_ddl", "columns", ", ".join(columns), f"{path}: needs {', '.join(lacking)} too")
     for line, r in enumerate(records, start=2):
+        r["method"], r["dnn"] = spelled(r["method"], METHOD_NAMES), spelled(r["dnn"], DNN_NAMES)
         r["seq_len"] = r.get("seq_len") or ""  # optional: models without a sequence
         for column in ("batch_size", "seq_len"):  # kept as text; scenario_keys reads them as numbers
             if (r[column] or column == "batch_size") and not re.fullmatch(r"\d+(\.0*)?", (r[column] or "").strip()):

@@ -90,6 +90,24 @@ def test_rows_of_methods_the_mapping_does_not_know_are_left_out_with_a_note(tmp_
     assert "'Horovod-fp16' (2) left out" in err and len(err.strip().splitlines()) == 1
 
 
+def test_methods_and_models_spelled_another_way_are_read_as_the_mapping_names_them(tmp_path):
+    """Case, spaces, hyphens and underscores aside, a method or model cell is the
+    name it spells (where exactly one name does), so no row is left out for it."""
+    vd = module()
+    path = tmp_path / "spelled.csv"
+    path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput\n"
+                    "ResNet-50,64,,x,Single GPU,1,1,1,253.1\nresnet50,64,,x,wfbp_a2a,8,2,4,1900\n"
+                    " RESNET50 ,64,,x,bytescheduler ps,16,4,4,3700\nBERT-Base,64,128,x,single-gpu,1,1,1,100\n"
+                    "bert base,64,128,x,MG WFBP,8,2,4,700\n")
+    rows, single = vd.load(path)
+    assert [(r["dnn"], r["method"]) for r in rows] == [("resnet50", "WFBP-A2A"), ("resnet50", "ByteScheduler-PS"),
+                                                        ("bert_base", "MG-WFBP")]
+    assert single == {"resnet50": 253.1, "bert_base": 100.0}
+    data = load_study("ddl_data")
+    assert data.spelled("gpt3 13b", data.DNN_NAMES) == "gpt3 13b"  # gpt3_1.3b spells alike: neither is chosen
+    assert data.spelled("gpt3_13b", data.DNN_NAMES) == "gpt3_13b"
+
+
 def test_ps_bandwidth_is_fitted_only_where_multi_node_ps_rows_train():
     vd = module()
     row = lambda method, nodes: {"method": method, "nodes": nodes}  # noqa: E731
