@@ -103,10 +103,11 @@ def _letters_and_digits(name: str) -> str:
 
 def read_records(path: Path) -> list[dict]:
     """Every row of a file in the 10GbE file's format, its numbers parsed."""
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(line for line in handle if not line.startswith("#"))
-        records = list(reader)
-        columns = reader.fieldnames or []
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        lines = [line for line in handle if not line.startswith("#")]
+    # Column names as the 10GbE file writes them, whatever their case and surrounding spaces.
+    columns = [c.strip().lower() for c in next(csv.reader(lines[:1]), [])]
+    records = list(csv.DictReader(lines[1:], fieldnames=columns))
     lacking = [c for c in DATA_COLUMNS if c not in columns]
     if lacking:
         study_error("validate_ddl", "columns", ", ".join(columns), f"{path}: needs {', '.join(lacking)} too")

@@ -92,10 +92,11 @@ def test_rows_of_methods_the_mapping_does_not_know_are_left_out_with_a_note(tmp_
 
 def test_methods_and_models_spelled_another_way_are_read_as_the_mapping_names_them(tmp_path):
     """Case, spaces, hyphens and underscores aside, a method or model cell is the
-    name it spells (where exactly one name does), so no row is left out for it."""
+    name it spells (where exactly one name does), so no row is left out for it;
+    column names are read whatever their case."""
     vd = module()
     path = tmp_path / "spelled.csv"
-    path.write_text("dnn,batch_size,seq_len,network,method,gpus,nodes,gpus_per_node,throughput\n"
+    path.write_text("DNN,Batch_Size,seq_len, Network ,Method,GPUs,nodes,gpus_per_node,Throughput\n"
                     "ResNet-50,64,,x,Single GPU,1,1,1,253.1\nresnet50,64,,x,wfbp_a2a,8,2,4,1900\n"
                     " RESNET50 ,64,,x,bytescheduler ps,16,4,4,3700\nBERT-Base,64,128,x,single-gpu,1,1,1,100\n"
                     "bert base,64,128,x,MG WFBP,8,2,4,700\n")
