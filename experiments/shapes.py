@@ -23,7 +23,7 @@ Models: resnet50 (batch 64), bert_large (batch 16, sequence 128) and gpt2
 4 and 8 nodes joined by 10GbE (catalog `10gbe`: 30 us, 1.25 GB/s, TCP) or a
 100 Gb RDMA network (catalog `100gbe`: 3 us, 12.5 GB/s, RoCE v2), with the
 wfbp and mgwfbp strategies. Writes `shapes.md` (tables and findings),
-`shapes.png` and the cube `shapes.nc` to experiments/results/ (about 80 s
+`shapes.png` and the cube `shapes.nc` to experiments/results/ (under a minute
 on 2 CPU cores; `--quick`: resnet50, 4 nodes, wfbp, about 30 s).
 
     python experiments/shapes.py [--quick] [--out DIR]

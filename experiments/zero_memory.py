@@ -18,7 +18,7 @@ states and activations (`kernels/memory.py`; buffers and fragmentation not
 counted).
 
 Writes `zero_memory.md` (tables and findings), `zero_memory.png` and the cube
-`zero_memory.nc` to experiments/results/zero_memory/ (about 15 s on 2 CPU
+`zero_memory.nc` to experiments/results/zero_memory/ (a few seconds on 2 CPU
 cores; `--quick`: GPT-2 small, 1 and 2 nodes, about 5 s).
 
     python experiments/zero_memory.py [--quick] [--out DIR]
