@@ -128,10 +128,7 @@ def _nccl_row(words: list[str], columns: list[str] | None) -> tuple[float, float
             if rest[0].lstrip("-").isdigit() and len(rest) in (5, 9):  # a root column
                 rest = rest[1:]
         token = rest[0]
-    time = _float(token)
-    if time is None or time <= 0:
-        return f"time {token!r} us is not a positive number"
-    return size, time * 1e-6
+    return _not_positive(("time [us]", token)) or (size, _float(token) * 1e-6)
 
 
 def read_nccl_tests(path) -> tuple[list[Measurement], dict, list[Anomaly]]:
