@@ -19,6 +19,7 @@ how often held-out measurements fall inside it.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -80,21 +81,25 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+@contextlib.contextmanager
+def _named(argument: str, key: str):
+    """A file reader's SpecError about `key` (its generic name for the file)
+    raised under `argument`, the name `predict FIT QUERY` gives the file."""
+    try:
+        yield
+    except SpecError as err:
+        if err.key != key:
+            raise
+        raise SpecError(argument, err.value, err.reason) from None
+
+
 def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the output table: the query's cells plus predictions."""
-    try:
+    with _named("fit", "scenario"):
         base = read_base(fit_path)
         uncertainty = fit_table(fit_path)
-    except SpecError as err:
-        if err.key != "scenario":
-            raise
-        raise SpecError("fit", err.value, err.reason) from None  # the argument's name in `predict FIT QUERY`
-    try:
+    with _named("query", "data"):
         header, rows, odd = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
-    except SpecError as err:
-        if err.key != "data":
-            raise
-        raise SpecError("query", err.value, err.reason) from None  # the argument's name in `predict FIT QUERY`
     if odd:  # benchmark output: rows its reader leaves out (warm-up, spikes, unreadable) get no line
         warnings.warn(f"{len(odd)} row(s) of {query_path} left out as anomalous, not predicted: "
                       + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
