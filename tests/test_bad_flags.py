@@ -135,12 +135,21 @@ def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path):
 
 def test_a_fit_that_cannot_reach_a_finite_loss_writes_nothing(cli, tmp_path):
     """Times of 1e300 s (no unit mistake makes them sane) leave every start's loss
-    infinite: exit 2 naming the data, no FIT.toml of infinite errors."""
+    infinite: exit 2 naming the row furthest from the fit, no FIT.toml of
+    infinite errors, and `validate`, which fits through the same function,
+    stops the same way instead of printing errors of 1e300 %."""
     data = tmp_path / "absurd.csv"
     data.write_text("nodes,gpus_per_node,message_bytes,allreduce_time\n"
                     "2,1,1000,1e300\n2,1,100000,1e-300\n4,1,1000,2e-5\n4,1,100000,1e-4\n")
     out = tmp_path / "fit.toml"
-    status, _, err = cli("calibrate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "-o", out,
-                         "--starts", 1, "--steps", 5, "--polish", 0)
-    one_line(status, err, "data", "absurd.csv", "no start reached a finite loss")
+    fast = ("--starts", 1, "--steps", 5, "--polish", 0)
+    status, _, err = cli("calibrate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "-o", out, *fast)
+    one_line(status, err, "allreduce_time = '1e-300'", "line 3:", "no start of the fit reached a finite loss")
     assert not out.exists()
+    table = tmp_path / "table.md"
+    status, _, err = cli("validate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "--split", "rows",
+                         "--folds", 2, "-o", tmp_path / "errors.csv", "--table", table, *fast)
+    assert status == 2 and "Traceback" not in err, err
+    last = err.splitlines()[-1]  # (after validate's progress lines)
+    assert last.startswith("ssgd-sweep: error: allreduce_time = '1e-300': line 3: no start of the fit"), last
+    assert not table.exists() and not (tmp_path / "errors.csv").exists()

@@ -284,6 +284,8 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
                              for q, t in zip(predictions, final)])
         hard = np.where(np.isfinite(hard), hard, np.inf)
         best = int(np.argmin(hard))
+        if not np.isfinite(hard[best]):
+            raise _no_finite_loss(predictions[best], model.measured, observations)
         theta = final[best]
         pred = predictions[best]
         theta, switch_sigma = snap_switches(jax.jit(model.predict), theta, pred, switch_index)
@@ -339,6 +341,22 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         not_identified=not_identified,
         line_rates=line_rates_of(groups, fitted),
     )
+
+
+def _no_finite_loss(pred: np.ndarray, measured: np.ndarray, observations: list) -> SpecError:
+    """The error for data that no start explains with a finite loss (a time
+    of 1e-300 s: the tail term's |pred / measured - 1|^32 overflows): it names
+    the observation with the largest relative error under the best start, one
+    the model cannot predict at all (zero, infinite, NaN) first."""
+    with np.errstate(all="ignore"):
+        ratio = pred / measured
+        misfit = np.where(np.isfinite(np.log(ratio)), np.abs(ratio - 1.0), np.inf)  # (NaN: not finite)
+    worst = int(np.argmax(misfit))
+    row, target = observations[worst]
+    return SpecError(target, f"{measured[worst]:.6g}",
+                     f"line {row.line}: no start of the fit reached a finite loss, and this value is the furthest "
+                     f"from its prediction ({pred[worst]:.3g}): check the measured values and their units "
+                     "(seconds, samples/s)")
 
 
 def line_rates_of(groups: list[Group], fitted: list[str]) -> dict:
