@@ -18,7 +18,8 @@ needs_data = pytest.mark.skipif(not (DATA / "nccl_tests").exists() or not (DATA 
 
 @needs_data
 @pytest.mark.parametrize("knob, fields, grid, suffix", [  # `--knob tail` runs prior's path with another field
-    ("prior", ("prior",), [(0.05,), (0.5,)], ""), ("joint", ("prior", "tail"), [(0.5, 0.3), (1.0, 1.0)], "_joint")])
+    ("prior", ("prior",), [(0.05,), (0.5,)], ""),
+    pytest.param("joint", ("prior", "tail"), [(0.5, 0.3), (1.0, 1.0)], "_joint", marks=pytest.mark.slow)])
 def test_quick_run_chooses_the_lowest_geometric_mean(tmp_path, knob, fields, grid, suffix):
     done = subprocess.run([sys.executable, str(ROOT / "experiments" / "choose_prior.py"), "--quick", "--knob", knob,
                            "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -207,6 +207,7 @@ def test_sensitivity_is_the_derivative_of_the_sweep():
     assert got == pytest.approx(numeric, rel=0.03)
 
 
+@pytest.mark.slow  # (40 s on 2 cores: 250 Adam steps through the priority channel)
 def test_calibrate_and_predict_priority_rows(tmp_path, cli):
     """Rows of the priority strategy, made by `run` at a known inter
     bandwidth, train a fit that recovers it, and `predict` gives `run`'s

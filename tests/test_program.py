@@ -309,9 +309,13 @@ def random_columns(rng, C):
     }
 
 
-@pytest.mark.parametrize("model,shape", [("googlenet", Shape()), ("resnet50", Shape(update="layerwise")),
-                                         ("resnet50", Shape(zero=3)), ("bert_base", Shape(pipelined=True)),
-                                         ("resnet50", Shape(accumulation=2))], ids=str)
+SLOW = pytest.mark.slow  # (20-30 s each on 2 cores: resnet50's 107 layers unrolled)
+
+
+@pytest.mark.parametrize("model,shape", [
+    ("googlenet", Shape()), ("alexnet", Shape(update="layerwise")), ("alexnet", Shape(zero=3)),
+    pytest.param("resnet50", Shape(update="layerwise"), marks=SLOW), pytest.param("resnet50", Shape(zero=3), marks=SLOW),
+    ("bert_base", Shape(pipelined=True)), ("resnet50", Shape(accumulation=2))], ids=str)
 def test_sweep_kernel_matches_the_oracle(model, shape):
     """The sweep's float32 kernel on zoo models, per configuration, against
     the oracle fed the kernel's own costs (collectives are tested elsewhere)."""

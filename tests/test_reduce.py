@@ -237,6 +237,9 @@ statistics = ["min", "argmin", "max", "mean", "q50"]
 """
 
 
+# (33 s on 2 cores: three processes start JAX; test_devices.py's default tests
+# run the cube path on two processes)
+@pytest.mark.slow
 def test_four_devices_and_two_processes_give_the_same_answer(tmp_path):
     (tmp_path / "spec.toml").write_text(SHARDED)
 
