@@ -97,7 +97,7 @@ def synthesize(fabric: str, path: Path, scatter: float = SCATTER, seed: int = SE
     """The 10GbE file with every multi-GPU throughput replaced by the truth's
     prediction times exp(N(0, scatter)) and its network named `100gbe-<fabric>`.
     `truth`, the truth's throughputs of those rows in the file's order, is
-    computed (one `predict`, about 10 s) where not given."""
+    computed (one `predict` of every row) where not given."""
     network = f"100gbe-{fabric}"
     if truth is None:
         records, single = vd.load(vd.DATA)
