@@ -55,11 +55,11 @@ def fit_table(fit_path) -> dict | None:
     k = len(fitted)
     if (not isinstance(covariance, list) or len(covariance) != k
             or not all(isinstance(r, list) and len(r) == k and all(_is_real(x) for x in r) for r in covariance)):
-        raise SpecError("fit.covariance", _short(covariance), f"in {fit_path}: must be {k} rows of {k} numbers "
-                                                              "(a row and a column per fitted key)")
+        raise SpecError("fit.covariance", covariance, f"in {fit_path}: must be {k} rows of {k} numbers "
+                                                      "(a row and a column per fitted key)")
     for name, optional in (("residual_scale", False), ("residual_quantile_90", True)):
         value = table.get(name)
-        if (value is None and optional) or (_is_number(value) and math.isfinite(value) and value >= 0):
+        if (value is None and optional) or (_is_real(value) and math.isfinite(value) and value >= 0):
             continue
         raise SpecError(f"fit.{name}", value, f"in {fit_path}: must be a finite number >= 0")
     dof = table.get("degrees_of_freedom", 1)
@@ -70,15 +70,6 @@ def fit_table(fit_path) -> dict | None:
 
 def _is_real(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _is_number(x) -> bool:
-    return _is_real(x) and not math.isnan(x)
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @contextlib.contextmanager
