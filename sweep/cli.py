@@ -169,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--base", metavar="SPEC.toml", help="scenario of fixed keys under every row; "
                                                                 "its values of fitted keys are the start")
     calibrate.add_argument("-o", "--output", required=True, metavar="FIT.toml", help="fitted scenario to write")
+    _format_argument(calibrate)
     _optimiser_arguments(calibrate, "seed of the jittered starts")
     calibrate.set_defaults(handler=_calibrate)
 
@@ -177,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("query", help="CSV of scenario-key columns, one configuration per row")
     predict.add_argument("-o", "--output", required=True, metavar="OUT.csv",
                          help="the query with predicted_<target> columns added")
+    _format_argument(predict, "the query's")
     predict.set_defaults(handler=_predict)
 
     validate = sub.add_parser("validate", help="out-of-sample errors of calibrate + predict against naive "
@@ -192,13 +194,19 @@ def _parser() -> argparse.ArgumentParser:
                                                                  "(default 1 MiB)")
     validate.add_argument("--reference", metavar="METHOD", help="method: the method to fit (default: most rows)")
     validate.add_argument("--min-gpus", type=int, metavar="N", help="hold out only rows with >= N workers")
-    validate.add_argument("--format", choices=FORMATS,
-                          help="the data's format (default: detected from its first lines)")
+    _format_argument(validate)
     validate.add_argument("-o", "--output", metavar="OUT.csv", help="every held-out observation with its errors")
     validate.add_argument("--table", metavar="OUT.md", help="the summary table as markdown")
     _optimiser_arguments(validate, "seed of the starts and of the rows split")
     validate.set_defaults(handler=_validate)
     return parser
+
+
+def _format_argument(parser, whose: str = "the data's") -> None:
+    """--format: a benchmark file's format where its banner was cut, shared by
+    calibrate, predict and validate."""
+    parser.add_argument("--format", choices=FORMATS,
+                        help=f"{whose} format (default: detected from its first lines)")
 
 
 def _optimiser_arguments(parser, seed_help: str) -> None:
@@ -498,7 +506,7 @@ def _calibrate(args) -> int:
 
     output = _check_output(args.output, inputs={"data": args.data, "base scenario": args.base})
     options = _fit_options(args)
-    result, _ = calibrate(args.data, args.fit, args.base, output, options)
+    result, _ = calibrate(args.data, args.fit, args.base, output, options, fmt=args.format)
     print(fit_summary(result), file=sys.stderr)
     print(f"wrote {output}", file=sys.stderr)
     return 0
@@ -508,7 +516,7 @@ def _predict(args) -> int:
     from sweep.fit.predict import write_predictions
 
     output = _check_output(args.output, inputs={"fit": args.fit, "query": args.query})
-    count = write_predictions(args.fit, args.query, output)
+    count = write_predictions(args.fit, args.query, output, args.format)
     print(f"wrote {output}: {count} rows", file=sys.stderr)
     return 0
 

@@ -128,11 +128,27 @@ def test_osu_csv_processes_that_do_not_fill_nodes_exit_2(tmp_path, cli, base, ke
     assert not (tmp_path / "f.toml").exists()
 
 
-def test_osu_csv_non_finite_latency_exits_2(tmp_path, cli):
+@pytest.mark.parametrize("cell", ["inf", "-54.5", "abc", ""])
+def test_osu_csv_rows_without_a_positive_latency_are_reported(tmp_path, cell):
+    # As in the other three readers: the row is left out and named, the rest is read.
     path = tmp_path / "osu.csv"
-    path.write_text(OSU_CSV.replace("54.5", "inf"))
-    status, _, err = cli("calibrate", path, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
-    assert status == 2 and "latency_us = 'inf'" in err and "line 4" in err
+    path.write_text(OSU_CSV.replace("54.5", cell) + "8,4")  # and a last row cut off mid-line
+    rows, odd, _ = read_measurements(path, {})
+    assert [(r["nodes"], r["message_bytes"]) for r in rows] == [(2, 4), (2, 1048576), (4, 1048576)]
+    assert [a.line for a in odd] == [4, 6] and all(a.reason.startswith("unreadable row: ") for a in odd)
+    assert f"latency_us = {cell!r}" in odd[0].reason and "cut off after 2 of 3 columns" in odd[1].reason
+
+
+@pytest.mark.parametrize("text, key", [(OSU_CSV.replace("4,4,54.5", "2.5,4,54.5"), "processes = '2.5'"),
+                                       (OSU_CSV.replace("4,4,54.5", "0,4,54.5"), "processes = '0'"),
+                                       (OSU_CSV.replace("latency_us", "latency"), "latency_us"),
+                                       ("processes,message_bytes,latency_us\n2,4,inf\n", "latency_us = 'inf'")])
+def test_osu_csv_layout_errors_and_files_of_no_row_exit_2(tmp_path, cli, text, key):
+    path = tmp_path / "osu.csv"
+    path.write_text(text)
+    fmt = [] if "latency_us" in text else ["--format", "osu-csv"]  # (no longer detected without it)
+    status, _, err = cli("calibrate", path, *fmt, "--fit", "inter.alpha", "-o", tmp_path / "f.toml")
+    assert status == 2 and key in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "f.toml").exists()
 
 
@@ -221,11 +237,25 @@ def test_validate_nccl_fits_the_bandwidth_where_no_line_rate_is_known():
     assert "inter" not in tomllib.loads(module.nccl_base(None, "pcie4"))
 
 
-def test_validate_takes_a_format(tmp_path, cli):
+def test_calibrate_predict_and_validate_take_a_format(tmp_path, cli):
     path = tmp_path / "osu.txt"
     path.write_text(OSU.replace("# OSU MPI Allreduce Latency Test v5.4.0\n", ""))  # no banner: not detected
     base = tmp_path / "base.toml"
     base.write_text("nodes = 2\ngpus_per_node = 1\n")
+    fit = tmp_path / "fit.toml"
+    status, _, err = cli("calibrate", path, "--base", base, "--fit", "inter.alpha", "-o", fit,
+                         "--starts", 1, "--steps", 100)
+    assert status == 2 and "unknown column" in err and not fit.exists()  # read as calibrate's own CSV
+    status, _, err = cli("calibrate", path, "--base", base, "--fit", "inter.alpha", "-o", fit, "--format", "osu",
+                         "--starts", 1, "--steps", 100)
+    assert status == 0, err
+    out = tmp_path / "pred.csv"
+    status, _, err = cli("predict", fit, path, "-o", out, "--format", "osu")
+    assert status == 0, err
+    with open(out, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [float(r["message_bytes"]) for r in rows] == [4, 8, 16, 1048576]
+    assert all(float(r["predicted_allreduce_time"]) > 0 for r in rows)
     status, _, err = cli("validate", path, "--base", base, "--fit", "inter.alpha", "--split", "size", "--cut", 20,
                          "--format", "osu", "--starts", 1, "--steps", 100)
     assert status == 0, err

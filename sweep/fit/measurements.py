@@ -29,8 +29,9 @@ single-size outliers: a larger message cannot be that much faster), and
 data rows that cannot be read ("unreadable row": cut off mid-line, a time
 that is not a positive number). Lines that are no data rows (`#` lines,
 NCCL INFO lines, warnings) are passed over. A file with no readable row, a
-CSV without a needed column, or a CSV `nodes` or `gpus_per_node` that is no
-whole number >= 1 is a SpecError. A UTF-8 byte-order mark is allowed.
+CSV without a needed column, a CSV `nodes`, `gpus_per_node` or `processes`
+that is no whole number >= 1, or `processes` that do not fill whole nodes
+is a SpecError: those say where rows run, not what they measured. A UTF-8 byte-order mark is allowed.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ FORMATS = ("csv", "nccl-tests", "nccl-tests-csv", "osu", "osu-csv")
 SPIKE = 1.5  # a time this many times the next larger size's is anomalous
 REDOPS = {"sum", "prod", "min", "max", "avg", "premulsum"}
 NCCL_CSV_COLUMNS = ("size_bytes", "time_us_oop", "nodes", "gpus_per_node")  # what nccl-tests-csv needs
+OSU_CSV_COLUMNS = ("processes", "message_bytes", "latency_us")  # what osu-csv needs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,7 @@ def detect(path: str | os.PathLike) -> str:
         return "nccl-tests"
     if "time_us_oop" in first and "size_bytes" in first:
         return "nccl-tests-csv"
-    if {"processes", "message_bytes", "latency_us"} <= {c.strip() for c in first.split(",")}:
+    if set(OSU_CSV_COLUMNS) <= {c.strip() for c in first.split(",")}:
         return "osu-csv"
     return "csv"
 
@@ -225,21 +227,38 @@ def read_osu(path) -> tuple[list[Measurement], list[Anomaly]]:
     return rows, bad
 
 
-def read_osu_csv(path, per_node: int) -> list[Measurement]:
-    """OSU latencies as CSV, `per_node` processes to a node."""
-    rows = []
+def read_osu_csv(path, per_node: int) -> tuple[list[Measurement], list[Anomaly]]:
+    """(rows, unreadable rows) of OSU latencies as CSV, `per_node` processes
+    to a node. A `processes` cell that does not fill whole nodes is the
+    layout's error (a SpecError), as a bad `nodes` cell is in an nccl-tests
+    table; a size or latency that is no positive number, an unreadable row."""
+    rows, bad, name = [], [], Path(path).name
     with open(path, newline="", encoding="utf-8-sig") as handle:
-        for number, r in enumerate(csv.DictReader(handle), start=2):
-            values = {k: _float(r.get(k) or "") for k in ("processes", "message_bytes", "latency_us")}
-            for key, value in values.items():
-                if value is None or value <= 0:
-                    raise SpecError(key, r.get(key), f"{Path(path).name} line {number}: not a positive number")
-            processes, size, latency = values.values()
-            if processes != int(processes) or int(processes) % per_node:
-                raise SpecError("gpus_per_node", per_node, f"{Path(path).name} line {number}: {processes:g} "
+        reader = csv.DictReader(handle)
+        header = [(c or "").strip() for c in reader.fieldnames or []]
+        missing = [c for c in OSU_CSV_COLUMNS if c not in header]
+        if missing:
+            raise SpecError(missing[0], None, f"{name}: column missing from the osu-csv header (it needs "
+                                              f"{', '.join(OSU_CSV_COLUMNS)}; missing {', '.join(missing)})")
+        for raw in reader:
+            number = reader.line_num
+            r = {k.strip(): v for k, v in raw.items() if k is not None}
+            text = ",".join(v for v in r.values() if v is not None)
+            if any(r.get(c) is None for c in OSU_CSV_COLUMNS):  # fewer fields than the header
+                given = sum(v is not None for v in r.values())
+                bad.append(_unreadable(number, f"cut off after {given} of {len(header)} columns", text))
+                continue
+            processes = _whole(name, "processes", number, r["processes"])
+            if processes % per_node:
+                raise SpecError("gpus_per_node", per_node, f"{name} line {number}: {processes} "
                                                            f"processes do not fill nodes of {per_node}")
-            rows.append(Measurement(number, int(processes) // per_node, per_node, size, latency * 1e-6))
-    return rows
+            why = _not_positive(("message_bytes", r["message_bytes"]), ("latency_us", r["latency_us"]))
+            if why:
+                bad.append(_unreadable(number, why, text))
+            else:
+                size, latency = _float(r["message_bytes"]), _float(r["latency_us"])
+                rows.append(Measurement(number, processes // per_node, per_node, size, latency * 1e-6))
+    return rows, bad
 
 
 def anomalies(rows: list[Measurement]) -> list[Anomaly]:
@@ -283,7 +302,7 @@ def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[di
         elif fmt == "nccl-tests-csv":
             rows, bad = read_nccl_tests_csv(path)
         elif fmt == "osu-csv":
-            rows = read_osu_csv(path, _per_node(base))
+            rows, bad = read_osu_csv(path, _per_node(base))
         else:
             rows, bad = read_osu(path)
     except SpecError:

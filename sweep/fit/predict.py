@@ -84,13 +84,15 @@ def _named(argument: str, key: str):
         raise SpecError(argument, err.value, err.reason) from None
 
 
-def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the output table: the query's cells plus predictions."""
+def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike,
+            fmt: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the output table: the query's cells plus predictions.
+    `fmt`: the query's format (`measurements.FORMATS`; default: detected)."""
     with _named("fit", "scenario"):
         base = read_base(fit_path)
         uncertainty = fit_table(fit_path)
     with _named("query", "data"):
-        header, rows, odd = load_rows(query_path, base, need_target=False)  # CSV, or benchmark output
+        header, rows, odd = load_rows(query_path, base, need_target=False, fmt=fmt)  # CSV, or benchmark output
     if odd:  # benchmark output: rows its reader leaves out (warm-up, spikes, unreadable) get no line
         warnings.warn(f"{len(odd)} row(s) of {query_path} left out as anomalous, not predicted: "
                       + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
@@ -113,9 +115,9 @@ def predict(fit_path: str | os.PathLike, query_path: str | os.PathLike) -> tuple
     return out_header, out_rows
 
 
-def write_predictions(fit_path, query_path, output) -> int:
+def write_predictions(fit_path, query_path, output, fmt: str | None = None) -> int:
     """Write OUT.csv atomically; returns the number of rows."""
-    header, rows = predict(fit_path, query_path)
+    header, rows = predict(fit_path, query_path, fmt)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(header)
