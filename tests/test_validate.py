@@ -12,7 +12,7 @@ import pytest
 
 from sweep.fit.data import Row
 from sweep.fit.optimise import FitOptions
-from sweep.fit.uncertainty import jacobian, predict_rows
+from sweep.fit.uncertainty import jacobian, predict_rows, value_and_jacobian
 from sweep.fit.validate import make_folds, naive, validate
 
 ALPHA, BW = 1e-5, 1e9
@@ -205,5 +205,10 @@ def test_jacobian_column_by_column_is_the_closed_form():
                          [0.0, 0.0, 3 * t[2] ** 2]])
     with jax.enable_x64(True):
         got = jacobian(f, t)
+        value, again = value_and_jacobian(f, t)
+        none_fitted = value_and_jacobian(lambda t: jnp.ones(3) * 2.5, np.zeros(0))
     assert got.shape == (4, 3)
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(again, got)  # the value comes with the columns
+    np.testing.assert_allclose(value, [t[0] * t[1], np.sin(t[0]), np.exp(t[1]) * t[0] ** 2, t[2] ** 3], rtol=1e-15)
+    assert none_fitted[0].tolist() == [2.5] * 3 and none_fitted[1].shape == (3, 0)

@@ -20,17 +20,26 @@ from sweep.fit.data import Row
 from sweep.fit.model import FITTABLE, Model, build_groups
 
 def jacobian(f, theta) -> np.ndarray:
-    """d f / d theta [N, k] of a jit-able `f`: [k] -> [N], one forward-mode
-    column at a time: one jitted `jvp`, called k times. jax.jacfwd batches
-    the k columns, and a `lax.map` of the jvp nests the model's loops in
-    another: on the fits' DAG programs XLA compiles these in up to 51 s and
-    17 s, against 9.5 s for the plain jvp (and 5 s for the whole Adam fit of
-    the same rows; experiments/BENCHMARKS.md, 2026-12-07), for the same
-    values."""
+    """d f / d theta [N, k] of a jit-able `f`: [k] -> [N] (`value_and_jacobian`)."""
+    return value_and_jacobian(f, theta)[1]
+
+
+def value_and_jacobian(f, theta) -> tuple[np.ndarray, np.ndarray]:
+    """(f(theta) [N], d f / d theta [N, k]) of a jit-able `f`: [k] -> [N], one
+    forward-mode column at a time: one jitted `jvp`, called k times, whose
+    primal output is f(theta), so that a caller needs no second program for
+    the value. jax.jacfwd batches the k columns, and a `lax.map` of the jvp
+    nests the model's loops in another: on the fits' DAG programs XLA
+    compiles these in up to 51 s and 17 s, against 9.5 s for the plain jvp
+    (and 5 s for the whole Adam fit of the same rows;
+    experiments/BENCHMARKS.md, 2026-12-07), for the same values."""
     theta = jnp.asarray(theta)
-    column = jax.jit(lambda t, v: jax.jvp(f, (t,), (v,))[1])
+    column = jax.jit(lambda t, v: jax.jvp(f, (t,), (v,)))
     basis = jnp.eye(theta.shape[0], dtype=theta.dtype)
-    return np.stack([np.asarray(column(theta, v)) for v in basis], axis=1)
+    pairs = [column(theta, v) for v in basis]
+    value = np.asarray(pairs[0][0] if pairs else jax.jit(f)(theta))
+    columns = [np.asarray(tangent) for _, tangent in pairs]
+    return value, np.stack(columns, axis=1) if columns else np.zeros((value.shape[0], 0))
 
 
 def posterior_covariance(jac: np.ndarray, residual: np.ndarray, prior_precision: np.ndarray,
@@ -112,10 +121,12 @@ def predict_rows(rows: list[Row], targets: Sequence[str], uncertainty: dict | No
         model = Model(groups, [FITTABLE[k][1] for k in fitted], len(observations))
         theta = np.array([math.log(rows[0].point[k]) if FITTABLE[k][1] == "log" else rows[0].point[k]
                           for k in fitted], np.float64)
-        pred = np.asarray(jax.jit(model.predict)(jnp.asarray(theta)))
-        if uncertainty is not None:
-            grad = (jacobian(lambda t: jnp.log(model.predict(t)), theta)
-                    if fitted else np.zeros((len(observations), 0)))
+        if uncertainty is None:
+            pred = np.asarray(jax.jit(model.predict)(jnp.asarray(theta)))
+        else:  # the value comes with the gradient from one program: d log(pred) = d pred / pred
+            pred, dpred = value_and_jacobian(model.predict, theta)
+            with np.errstate(all="ignore"):
+                grad = dpred / pred[:, None]
             parameters = np.maximum(np.einsum("ij,jk,ik->i", grad, covariance, grad), 0.0)
             z = stats.t.ppf(0.5 + level / 2, int(uncertainty.get("degrees_of_freedom", 1)))
             quantile = uncertainty.get("residual_quantile_90")
