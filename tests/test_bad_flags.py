@@ -153,3 +153,23 @@ def test_a_fit_that_cannot_reach_a_finite_loss_writes_nothing(cli, tmp_path):
     last = err.splitlines()[-1]  # (after validate's progress lines)
     assert last.startswith("ssgd-sweep: error: allreduce_time = '1e-300': line 3: no start of the fit"), last
     assert not table.exists() and not (tmp_path / "errors.csv").exists()
+
+
+@pytest.mark.parametrize("fmt, text, cell", [
+    ("osu", "# OSU MPI Allreduce Latency Test v5.4.0\n# Size       Avg Latency(us)\n"
+            "1000 1e300\n100000 1e-300\n200000 150.0\n", "latency [us] = '1e-300'"),
+    ("osu-csv", "processes,message_bytes,latency_us\n2,1000,1e300\n2,100000,1e-300\n2,200000,150.0\n",
+     "latency_us = '1e-300'"),
+    ("nccl-tests-csv", "size_bytes,nodes,gpus_per_node,time_us_oop\n1000,2,1,1e300\n100000,2,1,1e-300\n"
+                       "200000,2,1,150.0\n", "time_us_oop = '1e-300'")])
+def test_a_benchmark_file_that_no_fit_explains_is_named_by_its_own_column(cli, tmp_path, fmt, text, cell):
+    # The error names the cell as the file writes it (microseconds), not the time in seconds it became.
+    data = tmp_path / "absurd.txt"
+    data.write_text(text)
+    base = tmp_path / "base.toml"
+    base.write_text("nodes = 2\ngpus_per_node = 1\n" if fmt == "osu" else "")
+    status, _, err = cli("calibrate", data, "--base", base, "--format", fmt, "--fit", "inter.alpha",
+                         "--fit", "inter.bandwidth", "-o", tmp_path / "fit.toml", "--starts", 1, "--steps", 5,
+                         "--polish", 0)
+    one_line(status, err, cell, "line 4:" if fmt == "osu" else "line 3:", "allreduce_time", " s)")
+    assert not (tmp_path / "fit.toml").exists()

@@ -36,6 +36,9 @@ class Row:
     targets: dict  # target -> measured value (None: asked for, not measured)
     message_bytes: float | None
     cells: dict  # column -> cell text, as read
+    # target -> (column, text) of its measured value as the file writes it, where that is not the
+    # target's own column (benchmark output: `latency_us`, in microseconds); for error messages
+    origin: dict = dataclasses.field(default_factory=dict)
 
 
 def read_base(path: str | os.PathLike | None) -> dict:
@@ -147,5 +150,6 @@ def load_rows(data: str | os.PathLike, base: dict, labels: Sequence[str] = (), n
         point = {**base, "nodes": m["nodes"], "gpus_per_node": m["gpus_per_node"]}
         cells = {"nodes": str(m["nodes"]), "gpus_per_node": str(m["gpus_per_node"]),
                  MESSAGE: repr(m[MESSAGE]), "allreduce_time": repr(m["allreduce_time"])}
-        rows.append(Row(m["line"], point, frozenset(), {"allreduce_time": m["allreduce_time"]}, m[MESSAGE], cells))
+        rows.append(Row(m["line"], point, frozenset(), {"allreduce_time": m["allreduce_time"]}, m[MESSAGE], cells,
+                        {"allreduce_time": m["cell"]}))
     return header, rows, odd

@@ -47,6 +47,7 @@ FORMATS = ("csv", "nccl-tests", "nccl-tests-csv", "osu", "osu-csv")
 SPIKE = 1.5  # a time this many times the next larger size's is anomalous
 REDOPS = {"sum", "prod", "min", "max", "avg", "premulsum"}
 NCCL_CSV_COLUMNS = ("size_bytes", "time_us_oop", "nodes", "gpus_per_node")  # what nccl-tests-csv needs
+NCCL_TIME, OSU_LATENCY = "out-of-place time [us]", "latency [us]"  # the text formats' time columns, as named in errors
 OSU_CSV_COLUMNS = ("processes", "message_bytes", "latency_us")  # what osu-csv needs
 
 
@@ -57,6 +58,7 @@ class Measurement:
     gpus_per_node: int | None
     message_bytes: float
     seconds: float
+    cell: tuple[str, str] = ("", "")  # (column, text) of the time as the file writes it, for error messages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,9 +111,10 @@ def _data_row(words: list[str]) -> bool:
     return bool(words) and _float(words[0]) is not None and (len(words) <= 2 or _float(words[1]) is not None)
 
 
-def _nccl_row(words: list[str], columns: list[str] | None) -> tuple[float, float] | str:
-    """(size [B], out-of-place time [s]) of an nccl-tests data row, or why it
-    is unreadable. `columns`: the header line's column names, when seen."""
+def _nccl_row(words: list[str], columns: list[str] | None) -> tuple[float, float, tuple[str, str]] | str:
+    """(size [B], out-of-place time [s], its cell) of an nccl-tests data row,
+    or why it is unreadable. `columns`: the header line's column names, when
+    seen."""
     size = _float(words[0])
     if size is None or size < 0:
         return f"size {words[0]!r} is not a number >= 0"
@@ -130,7 +133,7 @@ def _nccl_row(words: list[str], columns: list[str] | None) -> tuple[float, float
             if rest[0].lstrip("-").isdigit() and len(rest) in (5, 9):  # a root column
                 rest = rest[1:]
         token = rest[0]
-    return _not_positive(("time [us]", token)) or (size, _float(token) * 1e-6)
+    return _not_positive((NCCL_TIME, token)) or (size, _float(token) * 1e-6, (NCCL_TIME, token))
 
 
 def read_nccl_tests(path) -> tuple[list[Measurement], dict, list[Anomaly]]:
@@ -206,7 +209,7 @@ def read_nccl_tests_csv(path) -> tuple[list[Measurement], list[Anomaly]]:
                 bad.append(_unreadable(number, why, text))
             else:
                 size, time = _float(r["size_bytes"]), _float(r["time_us_oop"])
-                rows.append(Measurement(number, nodes, gpus, size, time * 1e-6))
+                rows.append(Measurement(number, nodes, gpus, size, time * 1e-6, ("time_us_oop", r["time_us_oop"])))
     return rows, bad
 
 
@@ -219,11 +222,12 @@ def read_osu(path) -> tuple[list[Measurement], list[Anomaly]]:
             if not words or line.lstrip().startswith("#") or not _data_row(words):
                 continue
             why = "cut off after the size" if len(words) < 2 else _not_positive(("size", words[0]),
-                                                                               ("latency [us]", words[1]))
+                                                                               (OSU_LATENCY, words[1]))
             if why:
                 bad.append(_unreadable(number, why, line))
             else:
-                rows.append(Measurement(number, None, None, _float(words[0]), _float(words[1]) * 1e-6))
+                rows.append(Measurement(number, None, None, _float(words[0]), _float(words[1]) * 1e-6,
+                                        (OSU_LATENCY, words[1])))
     return rows, bad
 
 
@@ -257,7 +261,8 @@ def read_osu_csv(path, per_node: int) -> tuple[list[Measurement], list[Anomaly]]
                 bad.append(_unreadable(number, why, text))
             else:
                 size, latency = _float(r["message_bytes"]), _float(r["latency_us"])
-                rows.append(Measurement(number, processes // per_node, per_node, size, latency * 1e-6))
+                rows.append(Measurement(number, processes // per_node, per_node, size, latency * 1e-6,
+                                        ("latency_us", r["latency_us"])))
     return rows, bad
 
 
@@ -290,7 +295,8 @@ def _per_node(base: dict) -> int:
 
 def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[dict], list[Anomaly], str]:
     """(rows as dicts of nodes, gpus_per_node, message_bytes, allreduce_time,
-    anomalies left out, format) of a benchmark file."""
+    line and cell (the time's column and text as written), anomalies left
+    out, format) of a benchmark file."""
     fmt = fmt or detect(path)
     if fmt not in FORMATS[1:]:  # (calibrate.load_rows reads "csv" itself)
         raise SpecError("--format", fmt, f"not a benchmark format; choose {', '.join(FORMATS[1:])}")
@@ -328,5 +334,5 @@ def read_measurements(path, base: dict, fmt: str | None = None) -> tuple[list[di
     skip = {a.line for a in odd}
     odd = sorted(odd + bad, key=lambda a: a.line)
     out = [{"nodes": r.nodes, "gpus_per_node": r.gpus_per_node, "message_bytes": r.message_bytes,
-            "allreduce_time": r.seconds, "line": r.line} for r in resolved if r.line not in skip]
+            "allreduce_time": r.seconds, "line": r.line, "cell": r.cell} for r in resolved if r.line not in skip]
     return out, odd, fmt

@@ -347,16 +347,19 @@ def _no_finite_loss(pred: np.ndarray, measured: np.ndarray, observations: list) 
     """The error for data that no start explains with a finite loss (a time
     of 1e-300 s: the tail term's |pred / measured - 1|^32 overflows): it names
     the observation with the largest relative error under the best start, one
-    the model cannot predict at all (zero, infinite, NaN) first."""
+    the model cannot predict at all (zero, infinite, NaN) first, by the
+    column and text its file gives it (`Row.origin`, else the target's cell)."""
     with np.errstate(all="ignore"):
         ratio = pred / measured
         misfit = np.where(np.isfinite(np.log(ratio)), np.abs(ratio - 1.0), np.inf)  # (NaN: not finite)
     worst = int(np.argmax(misfit))
     row, target = observations[worst]
-    return SpecError(target, f"{measured[worst]:.6g}",
+    column, text = row.origin.get(target) or (target, (row.cells.get(target) or "").strip() or f"{measured[worst]:.6g}")
+    unit = "s" if target != "throughput" else "samples/s"
+    return SpecError(column, text,
                      f"line {row.line}: no start of the fit reached a finite loss, and this value is the furthest "
-                     f"from its prediction ({pred[worst]:.3g}): check the measured values and their units "
-                     "(seconds, samples/s)")
+                     f"from its prediction ({target} {pred[worst]:.3g} {unit}): check the measured values and their "
+                     "units")
 
 
 def line_rates_of(groups: list[Group], fitted: list[str]) -> dict:
