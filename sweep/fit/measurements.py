@@ -184,32 +184,39 @@ def _whole(name: str, column: str, number: int, raw: str | None) -> int:
     return int(value)
 
 
-def read_nccl_tests_csv(path) -> tuple[list[Measurement], list[Anomaly]]:
-    """(rows, unreadable rows) of an nccl-tests table as CSV."""
-    rows, bad, name = [], [], Path(path).name
+def _csv_rows(path, columns: tuple[str, ...], fmt: str, bad: list[Anomaly]):
+    """(line, cells by column, the row's text) of each whole row of a
+    benchmark CSV that needs `columns` (a header without one is a SpecError);
+    rows cut off mid-line go to `bad`."""
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         header = [(c or "").strip() for c in reader.fieldnames or []]
-        missing = [c for c in NCCL_CSV_COLUMNS if c not in header]
+        missing = [c for c in columns if c not in header]
         if missing:
-            raise SpecError(missing[0], None, f"{name}: column missing from the nccl-tests-csv header (it needs "
-                                              f"{', '.join(NCCL_CSV_COLUMNS)}; missing {', '.join(missing)})")
+            raise SpecError(missing[0], None, f"{Path(path).name}: column missing from the {fmt} header (it needs "
+                                              f"{', '.join(columns)}; missing {', '.join(missing)})")
         for raw in reader:
-            number = reader.line_num
             r = {k.strip(): v for k, v in raw.items() if k is not None}
             text = ",".join(v for v in r.values() if v is not None)
-            if any(r.get(c) is None for c in NCCL_CSV_COLUMNS):  # fewer fields than the header
+            if any(r.get(c) is None for c in columns):  # fewer fields than the header
                 given = sum(v is not None for v in r.values())
-                bad.append(_unreadable(number, f"cut off after {given} of {len(header)} columns", text))
-                continue
-            nodes = _whole(name, "nodes", number, r["nodes"])
-            gpus = _whole(name, "gpus_per_node", number, r["gpus_per_node"])
-            why = _not_positive(("size_bytes", r["size_bytes"]), ("time_us_oop", r["time_us_oop"]))
-            if why:
-                bad.append(_unreadable(number, why, text))
+                bad.append(_unreadable(reader.line_num, f"cut off after {given} of {len(header)} columns", text))
             else:
-                size, time = _float(r["size_bytes"]), _float(r["time_us_oop"])
-                rows.append(Measurement(number, nodes, gpus, size, time * 1e-6, ("time_us_oop", r["time_us_oop"])))
+                yield reader.line_num, r, text
+
+
+def read_nccl_tests_csv(path) -> tuple[list[Measurement], list[Anomaly]]:
+    """(rows, unreadable rows) of an nccl-tests table as CSV."""
+    rows, bad, name = [], [], Path(path).name
+    for number, r, text in _csv_rows(path, NCCL_CSV_COLUMNS, "nccl-tests-csv", bad):
+        nodes = _whole(name, "nodes", number, r["nodes"])
+        gpus = _whole(name, "gpus_per_node", number, r["gpus_per_node"])
+        why = _not_positive(("size_bytes", r["size_bytes"]), ("time_us_oop", r["time_us_oop"]))
+        if why:
+            bad.append(_unreadable(number, why, text))
+        else:
+            size, time = _float(r["size_bytes"]), _float(r["time_us_oop"])
+            rows.append(Measurement(number, nodes, gpus, size, time * 1e-6, ("time_us_oop", r["time_us_oop"])))
     return rows, bad
 
 
@@ -237,32 +244,18 @@ def read_osu_csv(path, per_node: int) -> tuple[list[Measurement], list[Anomaly]]
     layout's error (a SpecError), as a bad `nodes` cell is in an nccl-tests
     table; a size or latency that is no positive number, an unreadable row."""
     rows, bad, name = [], [], Path(path).name
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        header = [(c or "").strip() for c in reader.fieldnames or []]
-        missing = [c for c in OSU_CSV_COLUMNS if c not in header]
-        if missing:
-            raise SpecError(missing[0], None, f"{name}: column missing from the osu-csv header (it needs "
-                                              f"{', '.join(OSU_CSV_COLUMNS)}; missing {', '.join(missing)})")
-        for raw in reader:
-            number = reader.line_num
-            r = {k.strip(): v for k, v in raw.items() if k is not None}
-            text = ",".join(v for v in r.values() if v is not None)
-            if any(r.get(c) is None for c in OSU_CSV_COLUMNS):  # fewer fields than the header
-                given = sum(v is not None for v in r.values())
-                bad.append(_unreadable(number, f"cut off after {given} of {len(header)} columns", text))
-                continue
-            processes = _whole(name, "processes", number, r["processes"])
-            if processes % per_node:
-                raise SpecError("gpus_per_node", per_node, f"{name} line {number}: {processes} "
-                                                           f"processes do not fill nodes of {per_node}")
-            why = _not_positive(("message_bytes", r["message_bytes"]), ("latency_us", r["latency_us"]))
-            if why:
-                bad.append(_unreadable(number, why, text))
-            else:
-                size, latency = _float(r["message_bytes"]), _float(r["latency_us"])
-                rows.append(Measurement(number, processes // per_node, per_node, size, latency * 1e-6,
-                                        ("latency_us", r["latency_us"])))
+    for number, r, text in _csv_rows(path, OSU_CSV_COLUMNS, "osu-csv", bad):
+        processes = _whole(name, "processes", number, r["processes"])
+        if processes % per_node:
+            raise SpecError("gpus_per_node", per_node, f"{name} line {number}: {processes} "
+                                                       f"processes do not fill nodes of {per_node}")
+        why = _not_positive(("message_bytes", r["message_bytes"]), ("latency_us", r["latency_us"]))
+        if why:
+            bad.append(_unreadable(number, why, text))
+        else:
+            size, latency = _float(r["message_bytes"]), _float(r["latency_us"])
+            rows.append(Measurement(number, processes // per_node, per_node, size, latency * 1e-6,
+                                    ("latency_us", r["latency_us"])))
     return rows, bad
 
 
