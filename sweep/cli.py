@@ -506,7 +506,8 @@ def _calibrate(args) -> int:
 
     output = _check_output(args.output, inputs={"data": args.data, "base scenario": args.base})
     options = _fit_options(args)
-    result, _ = calibrate(args.data, args.fit, args.base, output, options, fmt=args.format)
+    result, _ = calibrate(args.data, args.fit, args.base, output, options, fmt=args.format,
+                          log=lambda message: print(f"ssgd-sweep: {message}", file=sys.stderr, flush=True))
     print(fit_summary(result), file=sys.stderr)
     print(f"wrote {output}", file=sys.stderr)
     return 0

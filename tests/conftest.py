@@ -56,8 +56,8 @@ def every_fit_respects_the_wire():
 
     fit = optimise.fit
 
-    def checked(rows, fitted, base, options=optimise.FitOptions()):
-        result = fit(rows, fitted, base, options)
+    def checked(rows, fitted, base, options=optimise.FitOptions(), log=None):
+        result = fit(rows, fitted, base, options, log)
         violations = wire.wire_bound_violations(rows, result)
         assert not violations, "fit below the wire lower bound:\n" + "\n".join(violations[:10])
         checked.count += 1

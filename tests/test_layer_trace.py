@@ -18,7 +18,7 @@ from sweep.graph import zoo
 from sweep.graph.compiler import compile_zoo_model
 from sweep.engine.evaluate import evaluate_params
 from sweep.report.explain import explain
-from sweep.graph.layer_trace import load_trace, match_trace
+from sweep.graph.layer_trace import TraceWarning, load_trace, match_trace
 from sweep.engine.params import point_params
 from sweep.errors import SpecError
 from sweep.scenario.spec import load_spec
@@ -101,12 +101,14 @@ def test_measured_times_replace_flops_and_are_matched_by_name(tmp_path):
     rows.append((names[0], forward[0] * 1.5, backward[0] * 0.5))
     rows.append((names[0], forward[0] * 0.5, backward[0] * 1.5))
     path = write_csv(tmp_path / "t.csv", rows)
-    f, b = match_trace(load_trace(path), model)
+    with pytest.warns(TraceWarning, match=r"1 layer\(s\) on several rows \(features.0\); using the mean"):
+        f, b = match_trace(load_trace(path), model)
     np.testing.assert_allclose(f, forward, rtol=1e-12)
     np.testing.assert_allclose(b, backward, rtol=1e-12)
 
     # Through evaluate_params on one GPU: the iteration is compute + update (input negligible).
-    dag = compile_zoo_model(zoo.get_model("alexnet"), 3, str(path))
+    with pytest.warns(TraceWarning, match="several rows"):  # the compiler reads the same trace
+        dag = compile_zoo_model(zoo.get_model("alexnet"), 3, str(path))
     point = {"model": "alexnet", "batch_size": 16, "io.time_per_sample": 1e-9}
     params = point_params(point, model)
     out = evaluate_params(dag, params)
@@ -143,7 +145,8 @@ def test_unmatched_entries_fold_into_the_layer_before(tmp_path, reference):
 def test_match_by_order_when_names_differ(tmp_path, reference):
     rows, _ = reference
     renamed = [(f"Layer_{i}", f, b) for i, (_, f, b) in enumerate(rows)]
-    f, _ = match_trace(load_trace(write_csv(tmp_path / "t.csv", renamed)), zoo.get_model("alexnet"))
+    with pytest.warns(TraceWarning, match=r"no entry is named after alexnet's layers \(8 of 8 missing\); matched by order"):
+        f, _ = match_trace(load_trace(write_csv(tmp_path / "t.csv", renamed)), zoo.get_model("alexnet"))
     np.testing.assert_allclose(f, [r[1] for r in rows], rtol=1e-12)
 
 

@@ -175,6 +175,10 @@ def test_calibrate_and_predict_read_benchmark_output(tmp_path, cli):
                          "-o", fit, "--starts", 2, "--steps", 300)
     assert status == 0, err
     assert "left out of the fit as anomalous (2)" in err and "warm-up" in err
+    # progress, stage by stage, before the summary
+    stages = [line for line in err.splitlines() if line.startswith("ssgd-sweep: ")]
+    assert [line.split(" ")[1] for line in stages] == ["fitting", "Adam", "best"], err
+    assert "fitting 2 key(s) to 6 observation(s) from 2 start(s), 300 + 500 Adam steps each" in stages[0]
     doc = tomllib.loads(fit.read_text())
     assert doc["fit"]["rows"] == 6 and len(doc["fit"]["excluded"]) == 2
     assert doc["inter"]["bandwidth"] <= 12.5e9  # 100gbe's line rate bounds the fit

@@ -74,9 +74,10 @@ def _put(doc: dict, key: str, value) -> None:
 
 def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
               options: FitOptions = FitOptions(), label: str | None = None,
-              fmt: str | None = None) -> tuple[FitResult, dict]:
+              fmt: str | None = None, log=None) -> tuple[FitResult, dict]:
     """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
-    `label` describes the data in [fit] (default: its path). Benchmark output
+    `label` describes the data in [fit] (default: its path); `log` gets a
+    line at each stage of the fit. Benchmark output
     (nccl-tests, OSU) is read directly; its anomalous rows are left out and
     listed in the result and in [fit] `excluded`."""
     fitted = expand_fit(fit_keys)
@@ -85,7 +86,7 @@ def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, 
         if key in base and FITTABLE[key][1] == "log" and base[key] <= 0:
             raise SpecError(key, base[key], "a fitted key must start > 0")
     _, rows, odd = load_rows(data, {k: v for k, v in base.items()}, fmt=fmt)
-    result = optimise.fit(rows, fitted, base, options)
+    result = optimise.fit(rows, fitted, base, options, log)  # (the summary lists the rows left out)
     result = dataclasses.replace(result, excluded=tuple(f"line {a.line}: {a.reason}" for a in odd))
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label or str(data))
     if output is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -219,8 +220,13 @@ def _ordered_product(axes: list[list[float]]) -> list[tuple]:
     return [tuple(a[i] for a, i in zip(axes, c)) for c in combos]
 
 
-def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = FitOptions()) -> FitResult:
-    """Fit `fitted` keys to every measured observation of `rows`."""
+def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = FitOptions(),
+        log=None) -> FitResult:
+    """Fit `fitted` keys to every measured observation of `rows`. `log`, when
+    given, is called with a line at the start of each stage (a fit of large
+    DAG rows spends minutes compiling before its first step)."""
+    say = log or (lambda message: None)
+    clock = time.perf_counter()
     with jax.enable_x64(True):
         groups, observations = build_groups(rows, fitted)
         spaces = [FITTABLE[k][1] for k in fitted]
@@ -276,7 +282,12 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
             (theta, _), history = jax.lax.scan(step, (theta, state), (jnp.asarray(temps), jnp.asarray(widths)))
             return theta, history
 
+        dags = sum(g.dag is not None for g in groups)
+        parts = ([f"{dags} DAG(s)"] if dags else []) + (["all-reduce rows"] if dags < len(groups) else [])
+        say(f"fitting {len(fitted)} key(s) to {len(observations)} observation(s) from {options.starts} start(s), "
+            f"{options.steps} + {options.polish} Adam steps each: compiling first ({', '.join(parts)})")
         final, _ = jax.jit(jax.vmap(run))(starts)
+        say(f"Adam done ({time.perf_counter() - clock:.1f} s); scoring the starts with the hard model")
         # Score every start with the hard model (hard max, hard switches), as sweeps evaluate it.
         predictions = np.asarray(jax.jit(jax.vmap(model.predict))(final))
         with np.errstate(all="ignore"):
@@ -289,6 +300,8 @@ def fit(rows: list[Row], fitted: list[str], base: dict, options: FitOptions = Fi
         theta = final[best]
         pred = predictions[best]
         theta, switch_sigma = snap_switches(jax.jit(model.predict), theta, pred, switch_index)
+        say(f"best start's loss {hard[best]:.4g} ({time.perf_counter() - clock:.1f} s); its Jacobian for "
+            "the uncertainty")
         # Gauss-Newton covariance of the log residuals (switches smooth at the final width).
         final_temperature = temps[-1] if needs_smooth else None
         residual = lambda t: jnp.log(model.predict(t, final_temperature, options.width[1])) - jnp.log(measured)  # noqa: E731

@@ -176,14 +176,15 @@ def naive(train: list[Row], row: Row, target: str) -> float:
 
 
 def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options: FitOptions,
-             label: str = "", ruler: Sequence[int] | None = None, fit=None) -> FoldResult:
+             label: str = "", ruler: Sequence[int] | None = None, fit=None, log=None) -> FoldResult:
     """Fit `fitted` on the fold's training rows, predict its held-out rows
     and their naive baseline (`naive`, from the rows `ruler` names, else the
     same training rows): one FoldResult. `fit`: the caller's fit of those
-    training rows (`optimise.fit`), which is then used, not redone."""
+    training rows (`optimise.fit`), which is then used, not redone. `log`:
+    the fit's progress, a line per stage."""
     train = [rows[i] for i in fold.train]
     ruler_rows = train if ruler is None else [rows[i] for i in ruler]
-    result = optimise.fit(train, fitted, base, options) if fit is None else fit
+    result = optimise.fit(train, fitted, base, options, log) if fit is None else fit
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
     values = {**result.line_rates, **result.values}
     test = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
@@ -230,7 +231,8 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
     for fold in make_folds(rows, split, folds, cut, reference, min_gpus, options.seed):
         if log:
             log(f"{fold.name}: fitting {len(fold.train)} rows, predicting {len(fold.test)}")
-        out.append(run_fold(rows, fold, fitted, base, options, f"{data}: {fold.name}"))
+        stage = (lambda message, name=fold.name: log(f"{name}: {message}")) if log else None
+        out.append(run_fold(rows, fold, fitted, base, options, f"{data}: {fold.name}", log=stage))
     return out
 
 
