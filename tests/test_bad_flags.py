@@ -152,7 +152,8 @@ def test_a_fit_that_cannot_reach_a_finite_loss_writes_nothing(cli, tmp_path):
     out = tmp_path / "fit.toml"
     fast = ("--starts", 1, "--steps", 5, "--polish", 0)
     status, _, err = cli("calibrate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "-o", out, *fast)
-    one_line(status, after_progress(err), "allreduce_time = '1e-300'", "line 3:", "no start of the fit reached a finite loss")
+    one_line(status, after_progress(err), "allreduce_time = '1e-300'", "line 3:",
+             "no start of the fit reached a finite loss")
     assert not out.exists()
     table = tmp_path / "table.md"
     status, _, err = cli("validate", data, "--fit", "inter.alpha", "--fit", "inter.bandwidth", "--split", "rows",

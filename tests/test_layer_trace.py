@@ -145,7 +145,8 @@ def test_unmatched_entries_fold_into_the_layer_before(tmp_path, reference):
 def test_match_by_order_when_names_differ(tmp_path, reference):
     rows, _ = reference
     renamed = [(f"Layer_{i}", f, b) for i, (_, f, b) in enumerate(rows)]
-    with pytest.warns(TraceWarning, match=r"no entry is named after alexnet's layers \(8 of 8 missing\); matched by order"):
+    by_order = r"no entry is named after alexnet's layers \(8 of 8 missing\); matched by order"
+    with pytest.warns(TraceWarning, match=by_order):
         f, _ = match_trace(load_trace(write_csv(tmp_path / "t.csv", renamed)), zoo.get_model("alexnet"))
     np.testing.assert_allclose(f, [r[1] for r in rows], rtol=1e-12)
 

@@ -58,7 +58,7 @@ class Measurement:
     gpus_per_node: int | None
     message_bytes: float
     seconds: float
-    cell: tuple[str, str] = ("", "")  # (column, text) of the time as the file writes it, for error messages
+    cell: tuple[str, str]  # (column, text) of the time as the file writes it, for error messages
 
 
 @dataclasses.dataclass(frozen=True)
