@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
                                                                 "its values of fitted keys are the start")
     calibrate.add_argument("-o", "--output", required=True, metavar="FIT.toml", help="fitted scenario to write")
     _format_argument(calibrate)
+    _interval_split_argument(calibrate)
     _optimiser_arguments(calibrate, "seed of the jittered starts")
     calibrate.set_defaults(handler=_calibrate)
 
@@ -195,6 +196,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--reference", metavar="METHOD", help="method: the method to fit (default: most rows)")
     validate.add_argument("--min-gpus", type=int, metavar="N", help="hold out only rows with >= N workers")
     _format_argument(validate)
+    _interval_split_argument(validate)
     validate.add_argument("-o", "--output", metavar="OUT.csv", help="every held-out observation with its errors")
     validate.add_argument("--table", metavar="OUT.md", help="the summary table as markdown")
     _optimiser_arguments(validate, "seed of the starts and of the rows split")
@@ -207,6 +209,15 @@ def _format_argument(parser, whose: str = "the data's") -> None:
     calibrate, predict and validate."""
     parser.add_argument("--format", choices=FORMATS,
                         help=f"{whose} format (default: detected from its first lines)")
+
+
+def _interval_split_argument(parser) -> None:
+    """--interval-split: the intervals' scatter from rows held out of refits
+    (sweep.fit.conformal), shared by calibrate and validate."""
+    parser.add_argument("--interval-split", metavar="gpus|method|rows|size|KEY",
+                        help="widen the 90 %% intervals to the errors of rows held out of refits split this way "
+                             "(as validate --split, with its defaults; one refit per fold): for predictions "
+                             "across process counts or methods the fit never saw (default: in-sample scatter)")
 
 
 def _optimiser_arguments(parser, seed_help: str) -> None:
@@ -507,7 +518,8 @@ def _calibrate(args) -> int:
     output = _check_output(args.output, inputs={"data": args.data, "base scenario": args.base})
     options = _fit_options(args)
     result, _ = calibrate(args.data, args.fit, args.base, output, options, fmt=args.format,
-                          log=lambda message: print(f"ssgd-sweep: {message}", file=sys.stderr, flush=True))
+                          log=lambda message: print(f"ssgd-sweep: {message}", file=sys.stderr, flush=True),
+                          interval_split=args.interval_split)
     print(fit_summary(result), file=sys.stderr)
     print(f"wrote {output}", file=sys.stderr)
     return 0
@@ -541,7 +553,7 @@ def _validate(args) -> int:
     options = _fit_options(args)
     results = validate(args.data, args.fit, args.base, args.split, args.folds, args.cut, args.reference,
                        args.min_gpus, options, log=lambda m: print(f"ssgd-sweep: {m}", file=sys.stderr),
-                       fmt=args.format)
+                       fmt=args.format, interval_split=args.interval_split)
     table = markdown_table(HEADER, summary_rows(results))
     if args.output:
         write_text(outputs[0], records_csv(results))

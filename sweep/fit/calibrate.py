@@ -8,6 +8,7 @@ bounds, atomically.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ from sweep.errors import SpecError
 from sweep.fit.data import load_rows, read_base
 from sweep.fit.model import FITTABLE, expand_fit
 from sweep.fit import optimise
+from sweep.fit.conformal import held_out_quantile, interval_folds
 from sweep.fit.optimise import FitResult, FitOptions
 
 def fit_document(base: dict, result: FitResult, data: str) -> dict:
@@ -51,6 +53,13 @@ def fit_document(base: dict, result: FitResult, data: str) -> dict:
         "relative_uncertainty": {},
         "start": {},
     }
+    held = result.held_out
+    if held is not None and math.isfinite(held.value):
+        # The interval's scatter: the larger of the fit's own and the held-out rows' (sweep.fit.conformal)
+        fit_table["residual_quantile_90"] = max(result.residual_quantile, held.value)
+        fit_table["residual_quantile_90_in_sample"] = result.residual_quantile
+        fit_table["interval_split"] = {"split": held.split, "folds": held.folds,
+                                       "observations": held.observations, "quantile_90": held.value}
     if result.covariance is not None:
         fit_table["covariance"] = [[float(x) for x in row] for row in result.covariance]
     for key, why in result.at_bound.items():
@@ -74,10 +83,12 @@ def _put(doc: dict, key: str, value) -> None:
 
 def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, output=None,
               options: FitOptions = FitOptions(), label: str | None = None,
-              fmt: str | None = None, log=None) -> tuple[FitResult, dict]:
+              fmt: str | None = None, log=None, interval_split: str | None = None) -> tuple[FitResult, dict]:
     """Read, fit, and (with `output`) write FIT.toml; returns (result, document).
     `label` describes the data in [fit] (default: its path); `log` gets a
-    line at each stage of the fit. Benchmark output
+    line at each stage of the fit. `interval_split` (a `validate --split`):
+    the intervals' scatter also from rows held out of refits along it
+    (`sweep.fit.conformal`). Benchmark output
     (nccl-tests, OSU) is read directly; its anomalous rows are left out and
     listed in the result and in [fit] `excluded`."""
     fitted = expand_fit(fit_keys)
@@ -86,8 +97,13 @@ def calibrate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, 
         if key in base and FITTABLE[key][1] == "log" and base[key] <= 0:
             raise SpecError(key, base[key], "a fitted key must start > 0")
     _, rows, odd = load_rows(data, {k: v for k, v in base.items()}, fmt=fmt)
+    if interval_split is not None:
+        interval_folds(rows, interval_split, options.seed)  # a split that cannot divide the rows fails first
     result = optimise.fit(rows, fitted, base, options, log)  # (the summary lists the rows left out)
     result = dataclasses.replace(result, excluded=tuple(f"line {a.line}: {a.reason}" for a in odd))
+    if interval_split is not None:
+        result = dataclasses.replace(result, held_out=held_out_quantile(rows, fitted, base, options,
+                                                                         interval_split, log))
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label or str(data))
     if output is not None:
         write_text(output, tomli_w.dumps(doc))
@@ -107,6 +123,11 @@ def fit_summary(result: FitResult) -> str:
         bound = f"  (at {result.at_bound[key]})" if key in result.at_bound else ""
         weak = "  (not identified: its start's value more than the data's)" if key in result.not_identified else ""
         lines.append(f"  {key:<30} {result.values[key]:12.5g}  {spread}{bound}{weak}")
+    held = result.held_out
+    if held is not None:
+        lines.append(f"interval scatter (90 % of |log error|): {result.residual_quantile:.3f} in sample, "
+                     f"{held.value:.3f} on {held.observations} observation(s) held out of {held.folds} "
+                     f"refit(s) by {held.split}; the intervals take the larger")
     if result.excluded:
         lines.append(f"left out of the fit as anomalous ({len(result.excluded)}):")
         lines += [f"  {line}" for line in result.excluded]

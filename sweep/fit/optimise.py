@@ -60,6 +60,7 @@ class FitResult:
     not_identified: tuple = ()  # keys the rows pin down less than their prior does, or not at all
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
     excluded: tuple = ()  # anomalous rows left out of the fit, one line each
+    held_out: object = None  # conformal.HeldOutQuantile: the scatter of rows held out of refits (--interval-split)
 
 
 

@@ -45,25 +45,16 @@ import numpy as np
 from scipy import stats
 
 from sweep.fit import optimise
+from sweep.errors import SpecError
 from sweep.fit.calibrate import fit_document
+from sweep.fit.conformal import held_out_quantile
 from sweep.fit.data import Row, TARGETS, load_rows, read_base
+from sweep.fit.folds import METHOD_COLUMN, METHOD_KEYS, Fold, check_split, make_folds, method_of, workers
 from sweep.fit.model import expand_fit
 from sweep.fit.optimise import FitOptions
 from sweep.fit.uncertainty import predict_rows
-from sweep.scenario.schema import KEYS, canonical
-from sweep.errors import SpecError
 
-SPLITS = ("gpus", "method", "rows", "size")
-METHOD_KEYS = ("strategy", "algorithm", "ps.pipelined", "ps.servers", "bucket_bytes", "preset")
-METHOD_COLUMN = "method"
 LEVEL = 0.9
-
-
-@dataclasses.dataclass(frozen=True)
-class Fold:
-    name: str
-    train: tuple[int, ...]  # row indices
-    test: tuple[int, ...]
 
 
 @dataclasses.dataclass
@@ -71,76 +62,6 @@ class FoldResult:
     fold: Fold
     fit: object  # calibrate.FitResult
     records: list  # dicts, one per held-out observation
-
-
-def workers(row: Row) -> int:
-    return int(row.point.get("nodes", 1)) * int(row.point.get("gpus_per_node", 1))
-
-
-def method_of(row: Row) -> str:
-    label = row.cells.get(METHOD_COLUMN, "").strip()
-    if label:
-        return label
-    return ",".join(f"{k}={row.point[k]}" for k in METHOD_KEYS if k in row.point) or "(default)"
-
-
-def make_folds(rows: list[Row], split: str, folds: int | None = None, cut: float | None = None,
-               reference: str | None = None, min_gpus: int | None = None, seed: int = 0) -> list[Fold]:
-    """The folds of a split (module docstring)."""
-    everyone = range(len(rows))
-
-    def held(indices):
-        return tuple(i for i in indices if min_gpus is None or workers(rows[i]) >= min_gpus)
-
-    out: list[Fold] = []
-    if split == "gpus":
-        counts = sorted({workers(r) for r in rows})
-        if cut is not None:
-            cuts = [cut]
-        else:
-            cuts = counts[1:-1][::-1][:folds or len(counts)]
-        for c in cuts:
-            train = tuple(i for i in everyone if workers(rows[i]) <= c)
-            test = held(i for i in everyone if workers(rows[i]) > c)
-            out.append(Fold(f"fit <= {c:g} GPUs, predict more", train, test))
-    elif split == "method":
-        methods = [method_of(r) for r in rows]
-        names = sorted(set(methods), key=lambda m: (-methods.count(m), m))
-        ref = reference if reference is not None else names[0]
-        if ref not in names:
-            raise SpecError("--reference", ref, f"no such method in the data; methods: {', '.join(names)}")
-        train = tuple(i for i in everyone if methods[i] == ref)
-        for name in [m for m in dict.fromkeys(methods) if m != ref]:
-            out.append(Fold(f"fit {ref}, predict {name}", train, held(i for i in everyone if methods[i] == name)))
-    elif split == "rows":
-        k = folds or 5
-        if k > len(everyone):
-            raise SpecError("--folds", k, f"more folds than rows ({len(everyone)})")
-        order = np.random.default_rng(seed).permutation(len(rows))
-        for j in range(k):
-            test = set(order[j::k].tolist())
-            out.append(Fold(f"rows fold {j + 1}/{k}", tuple(i for i in everyone if i not in test),
-                            held(sorted(test))))
-    elif split == "size":
-        limit = 1 << 20 if cut is None else cut
-        sized = [r.message_bytes for r in rows]
-        if any(m is None for m in sized):
-            raise SpecError("--split", split, "every row needs message_bytes")
-        out.append(Fold(f"fit <= {limit:g} bytes, predict larger",
-                        tuple(i for i in everyone if sized[i] <= limit),
-                        held(i for i in everyone if sized[i] > limit)))
-    else:
-        key = canonical(split)
-        if key not in KEYS:
-            raise SpecError("--split", split, f"choose {', '.join(SPLITS)} or a scenario key")
-        values = [r.point.get(key, KEYS[key].default) for r in rows]
-        for value in dict.fromkeys(values):
-            out.append(Fold(f"leave out {split} = {value}", tuple(i for i in everyone if values[i] != value),
-                            held(i for i in everyone if values[i] == value)))
-    out = [f for f in out if f.train and f.test]
-    if not out:
-        raise SpecError("--split", split, "leaves no fold with both training and held-out rows")
-    return out
 
 
 def _comparable(row: Row) -> dict:
@@ -214,8 +135,12 @@ def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options
 def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, split: str = "rows",
              folds: int | None = None, cut: float | None = None, reference: str | None = None,
              min_gpus: int | None = None, options: FitOptions = FitOptions(), log=None,
-             fmt: str | None = None) -> list[FoldResult]:
-    """Every fold's fit and held-out records."""
+             fmt: str | None = None, interval_split: str | None = None) -> list[FoldResult]:
+    """Every fold's fit and held-out records. `interval_split`: each fold's
+    intervals also take the scatter of its training rows held out of refits
+    along that split (`sweep.fit.conformal`, as `calibrate
+    --interval-split`); a fold whose training rows that split cannot divide
+    keeps its in-sample scatter, and the log says so."""
     fitted = expand_fit(fit_keys)
     base = read_base(base_path)
     try:
@@ -227,12 +152,24 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
     _, rows, odd = load_rows(data, dict(base), labels=labels, fmt=fmt)
     if log and odd:
         log("left out as anomalous: " + "; ".join(f"line {a.line}: {a.reason}" for a in odd))
+    if interval_split is not None:
+        check_split(interval_split, "--interval-split")
     out = []
     for fold in make_folds(rows, split, folds, cut, reference, min_gpus, options.seed):
         if log:
             log(f"{fold.name}: fitting {len(fold.train)} rows, predicting {len(fold.test)}")
         stage = (lambda message, name=fold.name: log(f"{name}: {message}")) if log else None
-        out.append(run_fold(rows, fold, fitted, base, options, f"{data}: {fold.name}", log=stage))
+        fit = None
+        if interval_split is not None:
+            train = [rows[i] for i in fold.train]
+            fit = optimise.fit(train, fitted, base, options, stage)
+            try:
+                fit = dataclasses.replace(fit, held_out=held_out_quantile(train, fitted, base, options,
+                                                                          interval_split, stage))
+            except SpecError as error:
+                if stage:
+                    stage(f"interval scatter in sample only: {error}")
+        out.append(run_fold(rows, fold, fitted, base, options, f"{data}: {fold.name}", fit=fit, log=stage))
     return out
 
 
