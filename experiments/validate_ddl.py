@@ -36,7 +36,7 @@ of a method the mapping does not know are left out with a note
 (`ddl_data.load`).
 
     python experiments/validate_ddl.py [--quick] [--out DIR] [--data CSV] [--base TOML] [--single CSV]
-                                       [--prior SIGMA] [--tail T]
+                                       [--prior SIGMA] [--tail T] [--held-out-scatter]
 
 `--data` takes any file in the 10GbE file's format (columns dnn, batch_size,
 seq_len, network, method, gpus, nodes, gpus_per_node, throughput; the
@@ -61,6 +61,11 @@ run through `sweep.validate` (the same code as `ssgd-sweep validate`), so
 each task also reports the in-sample errors of its fit and the coverage of
 the 90 % prediction intervals on the held-out rows.
 
+`--held-out-scatter` gives each task's intervals the scatter of its own
+training rows held out of refits (`held_out_scatter`, as `--interval-split`
+does for `calibrate` and `validate`): (a) by GPU count, (b) and (c) by
+method; on the 10GbE file it leaves every band as it was (README).
+
 Writes table.md (median and max relative error of model and baseline, per
 task and per method), predictions.csv (every predicted row) and each task's
 fit_<task>.toml.
@@ -84,6 +89,7 @@ from sweep import (Fold, FitOptions, coverage_text, fit_document, fit_summary, i
                    study_fit_options, write_text)
 from sweep.errors import SpecError
 from sweep.fit import optimise
+from sweep.fit.conformal import HeldOutQuantile, conformal_quantile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddl_data import DATA, load  # noqa: E402
@@ -199,10 +205,12 @@ def with_task_floor(rows: list, records: list[dict], fold: Fold, links, base: di
 
 def run_task(name: str, records: list[dict], single: dict, out: Path, options: FitOptions, base_text: str,
              data_name: str, priority: bool = True, folds=None, floored: tuple[str, ...] = FLOORED_METHODS,
-             **split) -> dict:
+             held_out: HeldOutQuantile | None = None, **split) -> dict:
     """One fold of `sweep.validate` (`split`: its make_folds arguments, or
     `folds` given) on the mapped rows; errors of the model and the baseline.
-    The mapped rows live in a temporary folder: no copy of the data stays."""
+    The mapped rows live in a temporary folder: no copy of the data stays.
+    `held_out` (`held_out_scatter`): the intervals' scatter from rows held
+    out of refits of the task's training rows, where it is the larger."""
     with tempfile.TemporaryDirectory() as folder:
         base = mapped_base(base_text, Path(folder) / "base.toml", records[0]["network"])
         rows = mapped_rows(Path(folder), records, single, base, priority)
@@ -222,7 +230,8 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
     # BytePS's push/pull bandwidth reach no training row's cost), so it is
     # not redone. The ruler still reads every training row.
     assert link_fold.train == link_rows(records, fold, floored)
-    result = run_fold(rows, link_fold, fitted, base, options, label, ruler=fold.train, fit=links())
+    fit = links() if held_out is None else dataclasses.replace(links(), held_out=held_out)
+    result = run_fold(rows, link_fold, fitted, base, options, label, ruler=fold.train, fit=fit)
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result.fit, label)
     write_text(out / f"fit_{name}.toml", tomli_w.dumps(doc))
     print(f"{name}:\n{fit_summary(result.fit)}", file=sys.stderr)
@@ -238,26 +247,80 @@ def run_task(name: str, records: list[dict], single: dict, out: Path, options: F
             "ps_bandwidth": ps_rate}
 
 
-def scale_out(records, single, out, options, base_text=BASE, data_name=DATA.name):
+def held_out_scatter(records: list[dict], folds: list[Fold], split: str, single: dict, options: FitOptions,
+                     base_text: str, data_name: str) -> HeldOutQuantile | None:
+    """`sweep.fit.conformal` through this study's own pipeline (`run_task`:
+    the floor, BytePS's push/pull, the mapped rows): each of `folds` over
+    `records` (a task's training rows) refitted and its held-out rows
+    predicted; the conformal 90 % quantile of their |log error|. None
+    without folds."""
+    errors = []
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stderr(io.StringIO()):
+        for j, fold in enumerate(folds):
+            task = run_task(f"inner_{j}", records, single, Path(folder), options, base_text, data_name,
+                            folds=[fold])
+            errors += np.abs(np.log(task["predicted"] / task["measured"])).tolist()
+    return HeldOutQuantile(split, conformal_quantile(errors), len(folds), len(errors)) if errors else None
+
+
+def scale_out_scatter(train: list[dict], single, options, base_text, data_name) -> HeldOutQuantile | None:
+    """(a)'s held-out scatter: its training rows fitted up to the
+    second-largest GPU count, the largest predicted (<= 4 GPUs, 8 on the
+    10GbE file: one node predicts two)."""
+    counts = sorted({r["gpus"] for r in train})
+    if len(counts) < 2:
+        return None
+    fold = Fold(f"fit <= {counts[-2]} GPUs, predict {counts[-1]}",
+                tuple(i for i, r in enumerate(train) if r["gpus"] <= counts[-2]),
+                tuple(i for i, r in enumerate(train) if r["gpus"] == counts[-1]))
+    return held_out_scatter(train, [fold], "gpus", single, options, base_text, data_name)
+
+
+def method_scatter(train: list[dict], single, options, base_text, data_name) -> HeldOutQuantile | None:
+    """(b) and (c)'s held-out scatter: each training method left out in
+    turn (its rows at >= 8 GPUs predicted, as the tasks hold out), the
+    others fitted; None for one method ((b))."""
+    methods = list(dict.fromkeys(r["method"] for r in train))
+    folds = [Fold(f"leave out {m}", tuple(i for i, r in enumerate(train) if r["method"] != m),
+                  tuple(i for i, r in enumerate(train) if r["method"] == m and r["gpus"] >= 8))
+             for m in methods] if len(methods) > 1 else []
+    return held_out_scatter(train, [f for f in folds if f.test], "method", single, options, base_text, data_name)
+
+
+def scale_out(records, single, out, options, base_text=BASE, data_name=DATA.name, scatter: bool = False):
     """(a) fit <= 8 GPUs, predict 16 and 32; naive: linear from 8 GPUs."""
-    return run_task("scale_out", records, single, out, options, base_text, data_name, split="gpus", cut=8)
+    train = [r for r in records if r["gpus"] <= 8]
+    held = scale_out_scatter(train, single, options, base_text, data_name) if scatter else None
+    return run_task("scale_out", records, single, out, options, base_text, data_name, held_out=held,
+                    split="gpus", cut=8)
 
 
-def cross_method(records, single, out, options, base_text=BASE, data_name=DATA.name):
+def cross_method(records, single, out, options, base_text=BASE, data_name=DATA.name, scatter: bool = False):
     """(b) fit WFBP-A2A, predict the other methods at >= 8 GPUs; naive: the WFBP-A2A throughput."""
-    return run_task("cross_method", records, single, out, options, base_text, data_name, split="method",
-                    reference="WFBP-A2A", min_gpus=8)
+    train = [r for r in records if r["method"] == "WFBP-A2A"]
+    held = method_scatter(train, single, options, base_text, data_name) if scatter else None
+    return run_task("cross_method", records, single, out, options, base_text, data_name, held_out=held,
+                    split="method", reference="WFBP-A2A", min_gpus=8)
 
 
-def bytescheduler(records, single, out, options, priority: bool, base_text=BASE, data_name=DATA.name):
+def bytescheduler(records, single, out, options, priority: bool, base_text=BASE, data_name=DATA.name,
+                  held: HeldOutQuantile | None = None):
     """(c) fit the five other methods, predict ByteScheduler at >= 8 GPUs,
-    mapped as WFBP or (`priority`) as the priority strategy."""
+    mapped as WFBP or (`priority`) as the priority strategy. `held`:
+    `bytescheduler_scatter`'s (one for both mappings: no training row is
+    ByteScheduler's)."""
     train = tuple(i for i, r in enumerate(records) if r["method"] not in BYTESCHEDULER)
     test = tuple(i for i, r in enumerate(records) if r["method"] in BYTESCHEDULER and r["gpus"] >= 8)
     mapping = "priority" if priority else "wfbp"
     fold = Fold(f"fit the other methods, predict ByteScheduler as {mapping}", train, test)
     return run_task(f"bytescheduler_{mapping}", records, single, out, options, base_text, data_name,
-                    priority=priority, folds=[fold])
+                    priority=priority, folds=[fold], held_out=held)
+
+
+def bytescheduler_scatter(records, single, options, base_text=BASE, data_name=DATA.name) -> HeldOutQuantile | None:
+    """(c)'s held-out scatter (`method_scatter` over its training rows)."""
+    train = [r for r in records if r["method"] not in BYTESCHEDULER]
+    return method_scatter(train, single, options, base_text, data_name)
 
 
 def missing_rows(records: list[dict]) -> dict[str, str]:
@@ -336,6 +399,9 @@ def arguments(argv):
         parser.add_argument("--base", type=Path, help="scenario of fixed keys under every row (default: the "
                                                       "10GbE cluster's GPU and PCIe link; the inter link the "
                                                       "data's network names)")
+        parser.add_argument("--held-out-scatter", action="store_true",
+                            help="the 90 %% intervals' scatter also from each task's training rows held out "
+                                 "of refits (sweep.fit.conformal): (a) by GPU count, (b) and (c) by method")
         parser.add_argument("--single", type=Path, help="single-gpu rows for models the data has none of, "
                                                         "from another file of the same GPUs (default, where the "
                                                         "base's GPUs are the 10GbE cluster's: the 10GbE file)")
@@ -374,7 +440,8 @@ def main(argv=None) -> int:
         for task, lacks in missing[network].items():
             print(f"validate_ddl: task {task} skipped: {args.data} holds no {lacks}"
                   + (f" on {network!r}" if several else ""), file=sys.stderr)
-        text = run_study(rows, single, out, options, base_text, args.data.name, missing[network])
+        text = run_study(rows, single, out, options, base_text, args.data.name, missing[network],
+                         args.held_out_scatter)
         print(text)
     print(f"validate_ddl: wrote {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
@@ -424,14 +491,19 @@ def network_folder(network: str) -> str:
     return "-".join(label_words(network)) or "unlabelled"
 
 
-def run_study(records, single, out: Path, options, base_text: str, data_name: str, missing: dict) -> str:
-    """The tasks `records` (one network's rows) hold, written to `out`: table.md and predictions.csv."""
+def run_study(records, single, out: Path, options, base_text: str, data_name: str, missing: dict,
+              scatter: bool = False) -> str:
+    """The tasks `records` (one network's rows) hold, written to `out`:
+    table.md and predictions.csv. `scatter`: every task's intervals also
+    from its training rows held out of refits (`held_out_scatter`)."""
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [*([scale_out(records, single, out, options, base_text, data_name)]
+    held = bytescheduler_scatter(records, single, options, base_text, data_name) \
+        if scatter and "bytescheduler" not in missing else None
+    tasks = [*([scale_out(records, single, out, options, base_text, data_name, scatter)]
                if "scale_out" not in missing else []),
-             *([cross_method(records, single, out, options, base_text, data_name)]
+             *([cross_method(records, single, out, options, base_text, data_name, scatter)]
                if "cross_method" not in missing else []),
-             *(bytescheduler(records, single, out, options, priority, base_text, data_name)
+             *(bytescheduler(records, single, out, options, priority, base_text, data_name, held)
                for priority in (False, True) if "bytescheduler" not in missing)]
     text = table(tasks)
     write_text(out / "table.md", text)

@@ -28,7 +28,11 @@ Tasks, through `sweep.validate` (the code of `ssgd-sweep validate`):
       the slowest edge its ring crosses (`RANK_LINE_RATES`, from the tables'
       README), then also with NCCL's protocols (a base latency per call).
 
-    python experiments/validate_nccl.py [--quick] [--out DIR] [--prior SIGMA] [--tail T]
+    python experiments/validate_nccl.py [--quick] [--out DIR] [--prior SIGMA] [--tail T] [--held-out-scatter]
+
+`--held-out-scatter`: the by-size folds' intervals take the scatter of
+their training sizes held out of refits (`validate --interval-split size`:
+the smaller half fitted, the larger predicted) where it is the larger.
 
 Writes table.md and records.csv (every held-out size of every table and
 variant: its prediction, interval and both errors; the measured times stay
@@ -178,9 +182,16 @@ def run(path: Path, keys, base_text: str, split: str, options: FitOptions, folde
 
 
 def main(argv=None) -> int:
-    args = study_arguments("validate_nccl", __doc__.splitlines()[0], argv, fits=True)
+    def held_out_scatter(parser):
+        parser.add_argument("--held-out-scatter", action="store_true",
+                            help="the 90 %% intervals' scatter also from each table's training sizes held out "
+                                 "of refits (validate --interval-split size: fit the smaller half, predict the "
+                                 "larger)")
+
+    args = study_arguments("validate_nccl", __doc__.splitlines()[0], argv, extra=held_out_scatter, fits=True)
     started = time.perf_counter()
     options = study_fit_options(args, QUICK if args.quick else FULL)
+    scatter = {"interval_split": "size"} if args.held_out_scatter else {}
     size_rows, fit_rows, records = [], [], []
 
     def report(name, kind, results, note):
@@ -197,7 +208,7 @@ def main(argv=None) -> int:
             if small < 4:
                 size_rows.append(_skipped(name, "multi-node", f"{small} sizes up to 1 MiB"))
                 continue
-            results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI)
+            results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI, **scatter)
             report(name, "multi-node", results, "no line rate stated: unbounded" if rate is None
                    else "line rate assumed" if assumed else "")
             # physics first: the bandwidth at the line rate, only the latency fitted
@@ -205,25 +216,25 @@ def main(argv=None) -> int:
                 size_rows.append(_skipped(name, "multi-node, alpha only", "no line rate to fix the bandwidth at"))
             else:
                 physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder,
-                              cut=MEBI)
+                              cut=MEBI, **scatter)
                 report(name, "multi-node, alpha only", physics, "bandwidth = line rate")
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate (fitted too where none is
             # known), the two hop latencies fitted
             keys = NCCL_KEYS + (("inter.bandwidth",) if rate is None else ())
             protocols = run(path, keys, nccl_base(rate, NCCL_INTRA[name], nodes=True), "size", options, folder,
-                            cut=MEBI)
+                            cut=MEBI, **scatter)
             report(name, "multi-node, nccl protocols",
                    protocols, "bandwidth fitted" if rate is None else "bandwidth = line rate")
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"
             base = single_node_base(name, link)
-            results = run(path, INTRA_KEYS, base, "size", options, folder, cut=MEBI)
+            results = run(path, INTRA_KEYS, base, "size", options, folder, cut=MEBI, **scatter)
             report(name, f"single node ({link})", results, "")
-            physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI)
+            physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI, **scatter)
             report(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog")
             protocols = run(path, ("intra.alpha",), nccl_base(None, link, name), "size", options, folder,
-                            cut=MEBI)
+                            cut=MEBI, **scatter)
             report(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog")
             (folder / "whole.toml").write_text(base)
             # In sample the question is what the link model can describe, not

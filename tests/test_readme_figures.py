@@ -59,3 +59,32 @@ def test_multi_node_nccl_count_is_the_committed_table():
     assert f"{len(within)} of {len(nccl)} tables within 15 % median" in row
     for name in within:
         assert f"{nccl[name]:.1f} %" in row, name
+
+
+def coverage(rows_of_kind: list[dict]) -> str:
+    return f"{100 * sum(r['inside'] == 'True' for r in rows_of_kind) / len(rows_of_kind):.1f} %"
+
+
+def test_held_out_scatter_coverages_are_the_committed_results():
+    """The OSU row's interval coverages, without and with `--interval-split
+    nodes`, and the nccl-tests row's, without and with `--held-out-scatter`,
+    as the committed tables and records say."""
+    import csv
+
+    def all_folds(name):
+        head, *rows = markdown_rows(RESULTS / "validate_osu" / name)
+        row = next(r for r in rows if r[0] == "all folds")
+        return row[next(i for i, h in enumerate(head) if h.startswith("90 % interval coverage"))].split(" (")[0]
+
+    osu = next(r for r in glance() if r.startswith("| OSU all-reduce"))
+    assert f"cover {all_folds('table_6keys.md')} held out, {all_folds('table_6keys_interval_split.md')} with" in osu
+
+    def records(name, kind):
+        with open(RESULTS / "validate_nccl" / name, newline="") as handle:
+            return [r for r in csv.DictReader(handle) if r["kind"] == kind]
+
+    row = next(r for r in glance() if "90 % intervals by size" in r)
+    plain, scatter = "records.csv", "records_held_out_scatter.csv"
+    nccl = "multi-node, nccl protocols"
+    assert f"{coverage(records(plain, nccl))}; {coverage(records(scatter, nccl))} with" in row
+    assert f"{coverage(records(plain, 'multi-node'))} -> {coverage(records(scatter, 'multi-node'))}" in row

@@ -274,7 +274,7 @@ def test_a_file_of_several_networks_runs_once_per_network(tmp_path, capsys, monk
                     "resnet50,64,,25gbe,WFBP-A2A,4,1,4,1000,\n")
     runs = {}
 
-    def run_study(records, single, out, options, base_text, data_name, missing):
+    def run_study(records, single, out, options, base_text, data_name, missing, scatter=False):
         runs[out.name] = ({r["network"] for r in records}, dict(single), set(missing))
         return ""
     monkeypatch.setattr(vd, "run_study", run_study)
@@ -576,3 +576,32 @@ def test_prior_and_tail_from_the_command_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert f"{flag[2:]} = " in err and len(err.splitlines()) == 1
     assert not (tmp_path / "never").exists()
+
+
+def test_held_out_scatter_folds_follow_each_task(monkeypatch):
+    """`--held-out-scatter`: (a)'s training rows predict their largest GPU
+    count from the rest, (b)/(c)'s leave each training method out (its rows
+    at >= 8 GPUs), one method gives no fold; the quantile is the conformal
+    one of every fold's |log error| (the k-th smallest, k = ceil(0.9 (n + 1)))."""
+    vd = module()
+    records = [{"method": m, "gpus": g} for m in ("WFBP-A2A", "BSP-PS", "MG-WFBP") for g in (4, 8)]
+    seen = []
+
+    def run_task(name, rows, single, out, options, base_text, data_name, folds):
+        (fold,) = folds
+        seen.append((fold.name, fold.train, fold.test))
+        measured = np.ones(len(fold.test))
+        return {"predicted": measured * np.exp(0.01 * (len(seen) + np.arange(len(fold.test)))), "measured": measured}
+
+    monkeypatch.setattr(vd, "run_task", run_task)
+    held = vd.scale_out_scatter(records, {}, vd.QUICK, vd.BASE, "x")
+    assert seen == [("fit <= 4 GPUs, predict 8", (0, 2, 4), (1, 3, 5))]
+    assert (held.split, held.folds, held.observations) == ("gpus", 1, 3)
+    assert held.value == pytest.approx(0.03)  # errors 0.01, 0.02, 0.03: k = ceil(3.6) = 4 > 3, the largest
+    seen.clear()
+    held = vd.method_scatter(records, {}, vd.QUICK, vd.BASE, "x")
+    assert seen == [("leave out WFBP-A2A", (2, 3, 4, 5), (1,)), ("leave out BSP-PS", (0, 1, 4, 5), (3,)),
+                    ("leave out MG-WFBP", (0, 1, 2, 3), (5,))]
+    assert (held.split, held.folds, held.observations, held.value) == ("method", 3, 3, pytest.approx(0.03))
+    seen.clear()
+    assert vd.method_scatter(records[:2], {}, vd.QUICK, vd.BASE, "x") is None and not seen
