@@ -119,3 +119,18 @@ def test_bad_interval_split_exits_2_with_one_line(lacking_data, cli, tmp_path):
     assert status == 2 and "--interval-split = 'method'" in err and "no fold" in err
     status, _, err = cli("validate", data, "--fit", "inter.alpha", "--split", "nodes", "--interval-split", "colour")
     assert status == 2 and "--interval-split = 'colour'" in err
+
+
+def test_validate_cli_says_which_scatter_each_fold_takes(lacking_data, cli):
+    _, data, _ = lacking_data
+    quick = ("--starts", 1, "--steps", 100, "--polish", 50, "--prior", 0)
+    status, _, err = cli("validate", data, "--fit", KEYS[0], "--fit", KEYS[1], "--split", "size", "--cut", 1e5,
+                         "--interval-split", "nodes", *quick)
+    assert status == 0, err
+    assert "interval scatter fold 3/3" not in err and "interval scatter, fold 3/3 (leave out nodes = 8)" in err
+    assert "held out (6 observations, 3 refits)" in err and "the larger is used" in err
+    # one method: the training rows cannot be split by method, and the fold keeps its own scatter
+    status, _, err = cli("validate", data, "--fit", KEYS[0], "--fit", KEYS[1], "--split", "size", "--cut", 1e5,
+                         "--interval-split", "method", *quick)
+    assert status == 0, err
+    assert "interval scatter in sample only: --interval-split = 'method'" in err

@@ -164,8 +164,11 @@ def validate(data: str | os.PathLike, fit_keys: Sequence[str], base_path=None, s
             train = [rows[i] for i in fold.train]
             fit = optimise.fit(train, fitted, base, options, stage)
             try:
-                fit = dataclasses.replace(fit, held_out=held_out_quantile(train, fitted, base, options,
-                                                                          interval_split, stage))
+                held = held_out_quantile(train, fitted, base, options, interval_split, stage)
+                fit = dataclasses.replace(fit, held_out=held)
+                if stage:
+                    stage(f"interval scatter {held.value:.3f} held out ({held.observations} observations, "
+                          f"{held.folds} refits), {fit.residual_quantile:.3f} in sample: the larger is used")
             except SpecError as error:
                 if stage:
                     stage(f"interval scatter in sample only: {error}")
