@@ -23,6 +23,7 @@ import dataclasses
 import itertools
 import math
 import time
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,9 @@ from sweep.fit.data import Row
 from sweep.fit.options import FitOptions
 from sweep.fit.model import FITTABLE, LINK_TABLES, SWITCHES, Group, Model, build_groups, loss_terms
 from sweep.fit.uncertainty import gauss_newton_sigma, jacobian, posterior_covariance
+
+if TYPE_CHECKING:  # conformal refits through this module
+    from sweep.fit.conformal import HeldOutQuantile
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
@@ -60,7 +64,7 @@ class FitResult:
     not_identified: tuple = ()  # keys the rows pin down less than their prior does, or not at all
     line_rates: dict = dataclasses.field(default_factory=dict)  # `{table}.line_rate` the fit was bounded by
     excluded: tuple = ()  # anomalous rows left out of the fit, one line each
-    held_out: object = None  # conformal.HeldOutQuantile: the scatter of rows held out of refits (--interval-split)
+    held_out: HeldOutQuantile | None = None  # the scatter of rows held out of refits (--interval-split)
 
 
 
