@@ -85,7 +85,12 @@ def test_calibrate_takes_the_held_out_scatter_by_hand(lacking_data, cli):
 
 def test_validate_bands_widen_to_what_held_out_rows_miss(lacking_data):
     _, data, _ = lacking_data
-    nested = validate(data, KEYS, split="nodes", options=FAST, interval_split="nodes")
+    lines = []
+    nested = validate(data, KEYS, split="nodes", options=FAST, interval_split="nodes", log=lines.append)
+    # each fold says which scatter it took, after a line per refit
+    assert "leave out nodes = 8: interval scatter, fold 2/2 (leave out nodes = 4): fitting 4 rows" in lines
+    took = [line for line in lines if "the larger is used" in line]
+    assert len(took) == 3 and all("held out (8 observations, 2 refits)" in line for line in took)
     # the same fits without the held-out scatter: the plain validate's bands
     _, rows, _ = load_rows(data, read_base(None))
     plain = [run_fold(rows, f.fold, KEYS, read_base(None), FAST, fit=dataclasses.replace(f.fit, held_out=None))
@@ -121,16 +126,10 @@ def test_bad_interval_split_exits_2_with_one_line(lacking_data, cli, tmp_path):
     assert status == 2 and "--interval-split = 'colour'" in err
 
 
-def test_validate_cli_says_which_scatter_each_fold_takes(lacking_data, cli):
+def test_validate_keeps_the_in_sample_scatter_where_the_split_cannot_divide(lacking_data, cli):
     _, data, _ = lacking_data
-    quick = ("--starts", 1, "--steps", 100, "--polish", 50, "--prior", 0)
-    status, _, err = cli("validate", data, "--fit", KEYS[0], "--fit", KEYS[1], "--split", "size", "--cut", 1e5,
-                         "--interval-split", "nodes", *quick)
-    assert status == 0, err
-    assert "interval scatter fold 3/3" not in err and "interval scatter, fold 3/3 (leave out nodes = 8)" in err
-    assert "held out (6 observations, 3 refits)" in err and "the larger is used" in err
     # one method: the training rows cannot be split by method, and the fold keeps its own scatter
     status, _, err = cli("validate", data, "--fit", KEYS[0], "--fit", KEYS[1], "--split", "size", "--cut", 1e5,
-                         "--interval-split", "method", *quick)
+                         "--interval-split", "method", "--starts", 1, "--steps", 100, "--polish", 50)
     assert status == 0, err
     assert "interval scatter in sample only: --interval-split = 'method'" in err
