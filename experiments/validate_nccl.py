@@ -34,15 +34,17 @@ Tasks, through `sweep.validate` (the code of `ssgd-sweep validate`):
 their training sizes held out of refits (`validate --interval-split size`:
 the smaller half fitted, the larger predicted) where it is the larger.
 
-Writes table.md and records.csv (every held-out size of every table and
-variant: its prediction, interval and both errors; the measured times stay
-in ../shared/data).
+Writes table.md (with (d): the held-out coverage and interval score of the
+90 % intervals, by variant over every table) and records.csv (every
+held-out size of every table and variant: its prediction, interval and
+both errors; the measured times stay in ../shared/data).
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
 import io
+import re
 import sys
 import tempfile
 import time
@@ -50,8 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import (FitOptions, calibrate, catalog, markdown_table, read_measurements, study_arguments,
-                   study_fit_options, validate, write_text)
+from sweep import (FitOptions, calibrate, catalog, coverage_text, interval_score, markdown_table,
+                   read_measurements, study_arguments, study_fit_options, validate, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
 MEBI = 1 << 20
@@ -192,12 +194,14 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     options = study_fit_options(args, QUICK if args.quick else FULL)
     scatter = {"interval_split": "size"} if args.held_out_scatter else {}
-    size_rows, fit_rows, records = [], [], []
+    size_rows, fit_rows, records, bands = [], [], [], {}
 
     def report(name, kind, results, note):
-        """One variant of one table: its row of table.md and its lines of records.csv."""
+        """One variant of one table: its row of table.md, its lines of records.csv
+        and its held-out bands (pooled by variant across tables)."""
         size_rows.append(_row(name, kind, results, note))
         records.extend(held_out(name, kind, results))
+        bands.setdefault(variant(kind), []).extend(r for f in results for r in f.records)
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -267,6 +271,13 @@ def main(argv=None) -> int:
     text += markdown_table(["table", "intra link", "sizes fitted", "flexible ring: median", "max",
                             "nccl protocols: median", "max", "left out as anomalous"], fit_rows)
     text += "\n(c) across rank counts\n\n" + markdown_table(head, rank_rows)
+    text += ("\n(d) the 90 % intervals of (a, b)'s held-out sizes, by variant over every table"
+             + (" (their scatter also from training sizes held out of refits: --held-out-scatter)"
+                if args.held_out_scatter else "") + "\n\n")
+    text += markdown_table(["variant", "held out", "90 % interval coverage (95 % range)", "interval score"],
+                           [[kind, len(recs), coverage_text([r["inside"] for r in recs]),
+                             f"{interval_score(*zip(*[(r['measured'], r['low'], r['high']) for r in recs])):.3f}"]
+                            for kind, recs in bands.items()])
     write_text(args.out / "table.md", text)
     lines = io.StringIO()
     csv.writer(lines, lineterminator="\n").writerows([HELD_OUT, *records])
@@ -284,6 +295,11 @@ def held_out(name: str, kind: str, results) -> list[list[str]]:
     return [[name, kind, f"{r['message_bytes']:.0f}",
              *(f"{r[c]:.6g}" for c in ("predicted", "low", "high", "model_error", "naive_error")), str(r["inside"])]
             for f in results for r in f.records]
+
+
+def variant(kind: str) -> str:
+    """A kind without its link ("single node (pcie4), alpha only" -> "single node, alpha only")."""
+    return re.sub(r" \([^)]*\)", "", kind)
 
 
 def _skipped(name, kind, why):

@@ -79,12 +79,23 @@ def test_held_out_scatter_coverages_are_the_committed_results():
     osu = next(r for r in glance() if r.startswith("| OSU all-reduce"))
     assert f"cover {all_folds('table_6keys.md')} held out, {all_folds('table_6keys_interval_split.md')} with" in osu
 
-    def records(name, kind):
-        with open(RESULTS / "validate_nccl" / name, newline="") as handle:
-            return [r for r in csv.DictReader(handle) if r["kind"] == kind]
+    def intervals(name):
+        """validate_nccl's (d): variant -> (coverage, interval score)."""
+        text = (RESULTS / "validate_nccl" / name).read_text()
+        rows = markdown_rows(RESULTS / "validate_nccl" / name)
+        block = text[text.index("(d) the 90 % intervals"):]
+        return {r[0]: (r[2].split(" (")[0], float(r[3])) for r in rows
+                if len(r) == 4 and f"| {r[0]} |" in block and r[0] not in ("variant", "---")}
 
+    plain, scatter = intervals("table.md"), intervals("table_held_out_scatter.md")
     row = next(r for r in glance() if "90 % intervals by size" in r)
-    plain, scatter = "records.csv", "records_held_out_scatter.csv"
     nccl = "multi-node, nccl protocols"
-    assert f"{coverage(records(plain, nccl))}; {coverage(records(scatter, nccl))} with" in row
-    assert f"{coverage(records(plain, 'multi-node'))} -> {coverage(records(scatter, 'multi-node'))}" in row
+    assert f"{plain[nccl][0]}; {scatter[nccl][0]} with" in row
+    assert f"{plain['multi-node'][0]} -> {scatter['multi-node'][0]}" in row
+    # the records say the same as the tables
+    with open(RESULTS / "validate_nccl" / "records_held_out_scatter.csv", newline="") as handle:
+        assert coverage([r for r in csv.DictReader(handle) if r["kind"] == nccl]) == scatter[nccl][0]
+    # and README's scores, old -> new, in the order of the tables
+    text = (ROOT / "README.md").read_text()
+    for variant in plain:
+        assert f"{plain[variant][1]:.2f} -> {scatter[variant][1]:.2f}" in text.replace("\n", " "), variant
