@@ -605,3 +605,37 @@ def test_held_out_scatter_folds_follow_each_task(monkeypatch):
     assert (held.split, held.folds, held.observations, held.value) == ("method", 3, 3, pytest.approx(0.03))
     seen.clear()
     assert vd.method_scatter(records[:2], {}, vd.QUICK, vd.BASE, "x") is None and not seen
+
+
+@needs_data
+@pytest.mark.slow
+def test_held_out_scatter_through_the_study(tmp_path):
+    """`--held-out-scatter` end to end on ResNet-50's rows: (a) refits on 4
+    GPUs and predicts its 8-GPU rows, (c) leaves each of its five training
+    methods out; the predictions are those without it, the bands at least
+    as wide, and each fit says where its scatter came from."""
+    vd = module()
+    with open(DATA, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["dnn"] == "resnet50"]
+    copy = tmp_path / "resnet50.csv"
+    with open(copy, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    runs = {}
+    for flag in ((), ("--held-out-scatter",)):
+        out = tmp_path / ("scatter" if flag else "plain")
+        assert vd.main(["--quick", "--data", str(copy), "--out", str(out), *flag]) == 0
+        with open(out / "predictions.csv", newline="") as handle:
+            runs[bool(flag)] = (out, list(csv.DictReader(handle)))
+    (_, plain), (out, scatter) = runs[False], runs[True]
+    assert [r["predicted"] for r in plain] == [r["predicted"] for r in scatter]
+    for a, b in zip(plain, scatter):
+        assert float(b["high"]) / float(b["predicted"]) >= float(a["high"]) / float(a["predicted"]) * (1 - 1e-6)
+    fit = tomllib.loads((out / "fit_scale_out.toml").read_text())["fit"]
+    assert fit["interval_split"]["split"] == "gpus" and fit["interval_split"]["folds"] == 1
+    assert fit["interval_split"]["observations"] == 7  # the seven methods' 8-GPU rows
+    assert fit["residual_quantile_90"] == max(fit["residual_quantile_90_in_sample"], fit["interval_split"]["quantile_90"])
+    fit = tomllib.loads((out / "fit_bytescheduler_wfbp.toml").read_text())["fit"]
+    assert fit["interval_split"]["split"] == "method" and fit["interval_split"]["folds"] == 5
+    assert "interval_split" not in tomllib.loads((out / "fit_cross_method.toml").read_text())["fit"]
