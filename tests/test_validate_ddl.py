@@ -532,19 +532,24 @@ def test_data_and_base_arguments(tmp_path):
     assert vd.arguments(["--out", str(tmp_path)]).data == vd.DATA
 
 
+def resnet50_rows(path: Path) -> Path:
+    """The 10GbE file's ResNet-50 rows, written to `path`."""
+    with open(DATA, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["dnn"] == "resnet50"]
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 @needs_data
 @pytest.mark.slow
 def test_quick_run_on_a_copy_with_another_base(tmp_path):
     """A subset of the file, written elsewhere, with a base naming other links:
     the fit files carry the base, the table the in-sample and interval columns."""
     vd = module()
-    with open(DATA, newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["dnn"] == "resnet50"]
-    copy = tmp_path / "subset.csv"
-    with open(copy, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    copy = resnet50_rows(tmp_path / "subset.csv")
     base = tmp_path / "base.toml"
     assert "name" not in vd.BASE  # the data's network names the inter link; this base names its own
     base.write_text(vd.BASE.replace("[inter]\n", '[inter]\nname = "25gbe"\n'))
@@ -615,13 +620,7 @@ def test_held_out_scatter_through_the_study(tmp_path):
     methods out; the predictions are those without it, the bands at least
     as wide, and each fit says where its scatter came from."""
     vd = module()
-    with open(DATA, newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["dnn"] == "resnet50"]
-    copy = tmp_path / "resnet50.csv"
-    with open(copy, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    copy = resnet50_rows(tmp_path / "resnet50.csv")
     runs = {}
     for flag in ((), ("--held-out-scatter",)):
         out = tmp_path / ("scatter" if flag else "plain")
