@@ -289,18 +289,20 @@ def method_scatter(train: list[dict], single, options, base_text, data_name) -> 
 
 def scale_out(records, single, out, options, base_text=BASE, data_name=DATA.name, scatter: bool = False):
     """(a) fit <= 8 GPUs, predict 16 and 32; naive: linear from 8 GPUs."""
-    train = [r for r in records if r["gpus"] <= 8]
+    cut = 8
+    train = [r for r in records if r["gpus"] <= cut]
     held = scale_out_scatter(train, single, options, base_text, data_name) if scatter else None
     return run_task("scale_out", records, single, out, options, base_text, data_name, held_out=held,
-                    split="gpus", cut=8)
+                    split="gpus", cut=cut)
 
 
 def cross_method(records, single, out, options, base_text=BASE, data_name=DATA.name, scatter: bool = False):
     """(b) fit WFBP-A2A, predict the other methods at >= 8 GPUs; naive: the WFBP-A2A throughput."""
-    train = [r for r in records if r["method"] == "WFBP-A2A"]
+    reference = "WFBP-A2A"
+    train = [r for r in records if r["method"] == reference]
     held = method_scatter(train, single, options, base_text, data_name) if scatter else None
     return run_task("cross_method", records, single, out, options, base_text, data_name, held_out=held,
-                    split="method", reference="WFBP-A2A", min_gpus=8)
+                    split="method", reference=reference, min_gpus=8)
 
 
 def bytescheduler(records, single, out, options, priority: bool, base_text=BASE, data_name=DATA.name,

@@ -52,8 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep import (FitOptions, calibrate, catalog, coverage_text, interval_score, markdown_table,
-                   read_measurements, study_arguments, study_fit_options, validate, write_text)
+from sweep import (FitOptions, calibrate, catalog, coverage_text, markdown_table, read_measurements,
+                   records_interval_score, study_arguments, study_fit_options, validate, write_text)
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nccl_tests"
 MEBI = 1 << 20
@@ -205,6 +205,11 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+
+        def by_size(path, keys, base_text):
+            """(a, b)'s folds: fit the sizes up to 1 MiB, predict the larger."""
+            return run(path, keys, base_text, "size", options, folder, cut=MEBI, **scatter)
+
         for name, (rate, assumed) in LINE_RATES.items():
             path = DATA / f"{name}.csv"
             base = f'algorithm = "ring"\n[inter]\nline_rate = {rate or UNBOUNDED!r}\n'
@@ -212,33 +217,30 @@ def main(argv=None) -> int:
             if small < 4:
                 size_rows.append(_skipped(name, "multi-node", f"{small} sizes up to 1 MiB"))
                 continue
-            results = run(path, INTER_KEYS, base, "size", options, folder, cut=MEBI, **scatter)
+            results = by_size(path, INTER_KEYS, base)
             report(name, "multi-node", results, "no line rate stated: unbounded" if rate is None
                    else "line rate assumed" if assumed else "")
             # physics first: the bandwidth at the line rate, only the latency fitted
             if rate is None:
                 size_rows.append(_skipped(name, "multi-node, alpha only", "no line rate to fix the bandwidth at"))
             else:
-                physics = run(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n", "size", options, folder,
-                              cut=MEBI, **scatter)
+                physics = by_size(path, ("inter.alpha",), base + f"bandwidth = {rate!r}\n")
                 report(name, "multi-node, alpha only", physics, "bandwidth = line rate")
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate (fitted too where none is
             # known), the two hop latencies fitted
             keys = NCCL_KEYS + (("inter.bandwidth",) if rate is None else ())
-            protocols = run(path, keys, nccl_base(rate, NCCL_INTRA[name], nodes=True), "size", options, folder,
-                            cut=MEBI, **scatter)
+            protocols = by_size(path, keys, nccl_base(rate, NCCL_INTRA[name], nodes=True))
             report(name, "multi-node, nccl protocols",
                    protocols, "bandwidth fitted" if rate is None else "bandwidth = line rate")
             print(f"{name}: done", file=sys.stderr)
         for name, link in INTRA_LINKS.items():
             path = DATA / f"{name}.csv"
             base = single_node_base(name, link)
-            results = run(path, INTRA_KEYS, base, "size", options, folder, cut=MEBI, **scatter)
+            results = by_size(path, INTRA_KEYS, base)
             report(name, f"single node ({link})", results, "")
-            physics = run(path, ("intra.alpha",), base, "size", options, folder, cut=MEBI, **scatter)
+            physics = by_size(path, ("intra.alpha",), base)
             report(name, f"single node ({link}), alpha only", physics, "bandwidth = catalog")
-            protocols = run(path, ("intra.alpha",), nccl_base(None, link, name), "size", options, folder,
-                            cut=MEBI, **scatter)
+            protocols = by_size(path, ("intra.alpha",), nccl_base(None, link, name))
             report(name, f"single node ({link}), nccl protocols", protocols, "bandwidth = catalog")
             (folder / "whole.toml").write_text(base)
             # In sample the question is what the link model can describe, not
@@ -276,8 +278,7 @@ def main(argv=None) -> int:
                 if args.held_out_scatter else "") + "\n\n")
     text += markdown_table(["variant", "held out", "90 % interval coverage (95 % range)", "interval score"],
                            [[kind, len(recs), coverage_text([r["inside"] for r in recs]),
-                             f"{interval_score(*zip(*[(r['measured'], r['low'], r['high']) for r in recs])):.3f}"]
-                            for kind, recs in bands.items()])
+                             f"{records_interval_score(recs):.3f}"] for kind, recs in bands.items()])
     write_text(args.out / "table.md", text)
     lines = io.StringIO()
     csv.writer(lines, lineterminator="\n").writerows([HELD_OUT, *records])

@@ -54,6 +54,7 @@ _HOMES = {
     "validate": "sweep.fit.validate",
     "records_csv": "sweep.fit.validate",
     "interval_score": "sweep.fit.validate",
+    "records_interval_score": "sweep.fit.validate",
     "coverage_text": "sweep.fit.validate",
     "make_folds": "sweep.fit.folds",
     "run_fold": "sweep.fit.validate",

@@ -15,7 +15,7 @@ from sweep.fit.calibrate import calibrate
 from sweep.fit.conformal import conformal_quantile
 from sweep.fit.optimise import FitOptions
 from sweep.fit.data import load_rows, read_base
-from sweep.fit.validate import interval_score, run_fold, validate
+from sweep.fit.validate import records_interval_score, run_fold, validate
 
 FAST = FitOptions(starts=2, steps=200, polish=100, prior=0.0)
 KEYS = ["inter.alpha", "inter.bandwidth"]
@@ -105,7 +105,7 @@ def test_validate_bands_widen_to_what_held_out_rows_miss(lacking_data):
         return np.mean([r["inside"] for f in results for r in f.records])
 
     def score(results):
-        return interval_score(*zip(*[(r["measured"], r["low"], r["high"]) for f in results for r in f.records]))
+        return records_interval_score([r for f in results for r in f.records])
 
     # 8 -> 9 of the 12 held-out latencies inside, and a better interval score
     assert inside(nested) > inside(plain)

@@ -16,8 +16,13 @@ RESULTS = ROOT / "experiments" / "results"
 
 def markdown_rows(path: Path) -> list[list[str]]:
     """The cells of every table row in a markdown file (header and rule rows included)."""
+    return table_cells(path.read_text())
+
+
+def table_cells(text: str) -> list[list[str]]:
+    """The cells of every table row in markdown text (header and rule rows included)."""
     return [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line in path.read_text().splitlines() if line.startswith("|")]
+            for line in text.splitlines() if line.startswith("|")]
 
 
 def glance() -> list[str]:
@@ -82,10 +87,8 @@ def test_held_out_scatter_coverages_are_the_committed_results():
     def intervals(name):
         """validate_nccl's (d): variant -> (coverage, interval score)."""
         text = (RESULTS / "validate_nccl" / name).read_text()
-        rows = markdown_rows(RESULTS / "validate_nccl" / name)
-        block = text[text.index("(d) the 90 % intervals"):]
-        return {r[0]: (r[2].split(" (")[0], float(r[3])) for r in rows
-                if len(r) == 4 and f"| {r[0]} |" in block and r[0] not in ("variant", "---")}
+        _, _, *rows = table_cells(text[text.index("(d) the 90 % intervals"):])  # less header and rule
+        return {r[0]: (r[2].split(" (")[0], float(r[3])) for r in rows}
 
     plain, scatter = intervals("table.md"), intervals("table_held_out_scatter.md")
     row = next(r for r in glance() if "90 % intervals by size" in r)

@@ -25,8 +25,8 @@ import numpy as np
 
 from sweep.errors import SpecError
 from sweep.fit import optimise
-from sweep.fit.data import TARGETS, Row
-from sweep.fit.folds import check_split, make_folds
+from sweep.fit.data import Row
+from sweep.fit.folds import check_split, make_folds, with_fitted_values
 from sweep.fit.optimise import FitOptions
 from sweep.fit.uncertainty import predict_rows
 
@@ -63,11 +63,7 @@ def held_out_errors(rows: list[Row], train: Sequence[int], test: Sequence[int], 
     """|log(predicted / measured)| of every observation of the `test` rows
     after fitting `fitted` on the `train` rows."""
     result = optimise.fit([rows[i] for i in train], fitted, base, options)
-    values = {**result.line_rates, **result.values}
-    held = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
-                                                                    if k not in rows[i].given}})
-            for i in test]
-    targets = [t for t in TARGETS if any(r.targets.get(t) is not None for r in held)]
+    held, targets = with_fitted_values(rows, test, result)
     predicted = predict_rows(held, targets)
     errors = []
     for target in targets:
@@ -90,8 +86,8 @@ def interval_folds(rows: list[Row], split: str, seed: int = 0):
 def held_out_quantile(rows: list[Row], fitted: list[str], base: dict, options: FitOptions, split: str,
                       log=None) -> HeldOutQuantile:
     """Refit on each fold of `split` over `rows` and pool the held-out
-    errors (module docstring). Raises SpecError (`--split`) when the split
-    leaves no fold."""
+    errors (module docstring). Raises SpecError (`--interval-split`) when
+    the split names no split or key, or leaves no fold."""
     folds = interval_folds(rows, split, options.seed)
     errors: list[float] = []
     for j, fold in enumerate(folds):

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 
 from sweep.errors import SpecError
-from sweep.fit.data import Row
+from sweep.fit.data import Row, TARGETS
 from sweep.scenario.schema import KEYS, canonical
 
 SPLITS = ("gpus", "method", "rows", "size")
@@ -100,3 +100,14 @@ def make_folds(rows: list[Row], split: str, folds: int | None = None, cut: float
     if not out:
         raise SpecError("--split", split, "leaves no fold with both training and held-out rows")
     return out
+
+
+def with_fitted_values(rows: list[Row], indices, result) -> tuple[list[Row], list[str]]:
+    """(rows, targets): the rows `indices` names as a fit (`optimise.FitResult`)
+    predicts them, its fitted values and line rates set wherever a row does
+    not set the key itself, and the targets any of them measures."""
+    values = {**result.line_rates, **result.values}
+    out = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
+                                                                   if k not in rows[i].given}})
+           for i in indices]
+    return out, [t for t in TARGETS if any(r.targets.get(t) is not None for r in out)]

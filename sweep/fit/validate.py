@@ -48,8 +48,9 @@ from sweep.fit import optimise
 from sweep.errors import SpecError
 from sweep.fit.calibrate import fit_document
 from sweep.fit.conformal import held_out_quantile
-from sweep.fit.data import Row, TARGETS, load_rows, read_base
-from sweep.fit.folds import METHOD_COLUMN, METHOD_KEYS, Fold, check_split, make_folds, method_of, workers
+from sweep.fit.data import Row, load_rows, read_base
+from sweep.fit.folds import (METHOD_COLUMN, METHOD_KEYS, Fold, check_split, make_folds, method_of,
+                             with_fitted_values, workers)
 from sweep.fit.model import expand_fit
 from sweep.fit.optimise import FitOptions
 from sweep.fit.uncertainty import predict_rows
@@ -107,11 +108,7 @@ def run_fold(rows: list[Row], fold: Fold, fitted: list[str], base: dict, options
     ruler_rows = train if ruler is None else [rows[i] for i in ruler]
     result = optimise.fit(train, fitted, base, options, log) if fit is None else fit
     doc = fit_document({k: v for k, v in base.items() if k not in fitted}, result, label)
-    values = {**result.line_rates, **result.values}
-    test = [dataclasses.replace(rows[i], point={**rows[i].point, **{k: v for k, v in values.items()
-                                                                    if k not in rows[i].given}})
-            for i in fold.test]
-    targets = [t for t in TARGETS if any(r.targets.get(t) is not None for r in test)]
+    test, targets = with_fitted_values(rows, fold.test, result)
     predicted = predict_rows(test, targets, doc["fit"], LEVEL)
     records = []
     for j, (i, row) in enumerate(zip(fold.test, test)):
@@ -189,6 +186,15 @@ def interval_score(measured, low, high, level: float = LEVEL) -> float:
     return float(np.mean(hi - lo + 2.0 / (1.0 - level) * miss))
 
 
+def records_interval_score(records, level: float = LEVEL) -> float:
+    """`interval_score` of the held-out records (`run_fold`'s dicts) that have
+    a band; NaN when none has."""
+    banded = [r for r in records if r["low"] is not None and np.isfinite(r["low"])]
+    if not banded:
+        return math.nan
+    return interval_score(*zip(*[(r["measured"], r["low"], r["high"]) for r in banded]), level)
+
+
 def coverage_range(inside, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a coverage from `inside` (one bool per
     held-out observation): the true coverage that these hits are consistent
@@ -229,8 +235,7 @@ def summary_rows(results: list[FoldResult]) -> list[list]:
         m = np.array([r["model_error"] for r in records])
         n = np.array([r["naive_error"] for r in records])
         inside = [bool(r["inside"]) for r in records]
-        banded = [r for r in records if r["low"] is not None and np.isfinite(r["low"])]
-        score = interval_score(*zip(*[(r["measured"], r["low"], r["high"]) for r in banded])) if banded else np.nan
+        score = records_interval_score(records)
         fits = [f.fit for f in results] if fit is None else [fit]
         ins_med = np.median([x.median_relative_error for x in fits])
         ins_max = max(x.max_relative_error for x in fits)
