@@ -15,7 +15,9 @@ Tasks, through `sweep.validate` (the code of `ssgd-sweep validate`):
       the inter link; the line rate is the node's aggregate NIC rate
       (`LINE_RATES`: from the README's hardware column; where the README
       says "not stated" the usual fabric of that machine class is assumed
-      and marked so in the table).
+      and marked so in the table). With NCCL's protocols each table runs
+      those NCCL runs on its machine (`WITHOUT_LL128`: no LL128 where its
+      GPUs do not meet over NVLink; LL at half the link where they have none).
   (b) single-node PCIe and NVLink tables: the intra link fitted per table
       on every size (in-sample, `INTRA_IN_SAMPLE`: with the chunk regime;
       priors weighed as `DESCRIBE_PRIOR`, since this asks what the link model
@@ -111,6 +113,32 @@ NCCL_INTRA = {"aws_p4de_2x8_efa": "nvlink3", "aws_p5_2x8_efa": "nvlink4", "azure
               "dstack_lambda_b200_2x8_ib": "nvlink5", "dstack_gcp_a4_b200_2x8_roce": "nvlink5",
               "gcp_a3mega_h100_2x8": "nvlink4", "hpe_crayex_gh200_2x4_slingshot_tree": "nvlink4",
               "nccltests323_l40s_2x1_tcp": "pcie4"}
+# NCCL's protocol defaults where they differ from the kernel's (kernels/nccl.py). Its tuning.cc
+# enables LL128 only where GPUs of compute capability 7.0, 8.0, 9.0 or 10.0 meet over NVLink (the
+# ring's worst intra path at most NVB); the tables' NCCL versions, where printed, are 2.21-2.29.
+WITHOUT_LL128 = {
+    "nccltests323_l40s_2x1_tcp": "L40S, compute capability 8.9; TCP sockets",
+    "aikitoria_rtx5090_8x_pcie": "PCIe",
+    "chlc_rtx4090_8x_pcie_p2poff": "PCIe, compute capability 8.9",
+    "chlc_rtx4090_8x_pcie_p2pon": "PCIe, compute capability 8.9",
+    "nccltests287_rtx5090_1x4_pcie": "PCIe",
+    "autodl_rtx2080ti_1x2_pcie3": "PCIe, compute capability 7.5",
+    "azure_nc96ads_a100v4_1x4": "the ring crosses PCIe/SYS between the NVLink pairs",
+}
+# Where the GPUs have no NVLink (their intra link is PCIe), LL's 8-byte lines of 4 data bytes cross
+# PCIe, host memory or sockets, whose wire limits them: LL at half the link, not NCCL's quarter (its
+# estimate where the GPUs' stores limit LL, as over NVLink). README: tried and kept, each half alone.
+WIRE_BOUND_LL = 0.5
+
+
+def nccl_protocol_keys(name: str, intra: str) -> dict:
+    """Table `name`'s NCCL protocol keys where NCCL's defaults differ from
+    the kernel's (`WITHOUT_LL128`; LL at `WIRE_BOUND_LL` where the `intra`
+    link is PCIe); empty for the others."""
+    keys = {"nccl.ll128": False} if name in WITHOUT_LL128 else {}
+    return {**keys, "nccl.ll_share": WIRE_BOUND_LL} if catalog.is_pcie(intra) else keys
+
+
 FULL = FitOptions()
 DESCRIBE_PRIOR = 0.05
 QUICK = FitOptions(starts=2, steps=300, polish=150)
@@ -142,6 +170,10 @@ def nccl_base(inter_rate: float | None, intra: str, name: str = "", nodes: bool 
         text += f"[inter]\nalpha = {catalog.NCCL_LL_HOP['net']!r}\n"
         text += (f"bandwidth = {inter_rate!r}\nline_rate = {inter_rate!r}\n" if inter_rate is not None
                  else f"line_rate = {UNBOUNDED!r}\n")
+    protocols = nccl_protocol_keys(name, intra)
+    if protocols:
+        text += "[nccl]\n" + "".join(f"{key.split('.')[1]} = {str(value).lower()}\n"
+                                     for key, value in protocols.items())
     return text
 
 
@@ -152,23 +184,29 @@ RANK_TABLES = ("azure_nc48ads_a100v4_1x2_topoonly", "azure_nc96ads_a100v4_1x4")
 # bridge on the pair, the host's PCIe 4.0 x16 between the pairs of four.
 RANK_LINE_RATES = tuple(catalog.LINKS[SLOWEST_EDGE.get(name, INTRA_LINKS[name])].line_rate for name in RANK_TABLES)
 _PAIR_LINK = INTRA_LINKS[RANK_TABLES[0]]  # the fitted table's own link
-RANK_VARIANTS = (  # (label, fitted keys, base, per-table intra line rates or None)
-    ("flexible link", INTRA_KEYS, single_node_base(RANK_TABLES[0], _PAIR_LINK), None),
+RANK_VARIANTS = (  # (label, fitted keys, base, per-table intra line rates or None, NCCL's protocols?)
+    ("flexible link", INTRA_KEYS, single_node_base(RANK_TABLES[0], _PAIR_LINK), None, False),
     ("flexible link, slowest edge's line rate", INTRA_KEYS, single_node_base(RANK_TABLES[0], _PAIR_LINK),
-     RANK_LINE_RATES),
+     RANK_LINE_RATES, False),
     ("nccl protocols, slowest edge's line rate", ("intra.alpha", "intra.bandwidth"), nccl_base(None, _PAIR_LINK),
-     RANK_LINE_RATES),
+     RANK_LINE_RATES, True),
 )
+_PROTOCOL_KEYS = ("nccl.ll128", "nccl.ll_share")
 
 
-def rank_table(path: Path, rates) -> Path:
+def rank_table(path: Path, rates, protocols: bool = False) -> Path:
     """Both rank counts' rows in one file; with `rates`, each table's rows
-    carry the intra line rate of its slowest edge (`intra.line_rate`)."""
-    lines = ["nodes,gpus_per_node,message_bytes,allreduce_time" + (",intra.line_rate" if rates else "")]
+    carry the intra line rate of its slowest edge (`intra.line_rate`); with
+    `protocols`, NCCL's protocol defaults on its machine (`nccl_protocol_keys`:
+    the four GPUs' ring crosses PCIe, so no LL128 there)."""
+    lines = ["nodes,gpus_per_node,message_bytes,allreduce_time" + (",intra.line_rate" if rates else "")
+             + ("".join(f",{key}" for key in _PROTOCOL_KEYS) if protocols else "")]
     for name, rate in zip(RANK_TABLES, rates or (None,) * len(RANK_TABLES)):
         rows, _, _ = read_measurements(DATA / f"{name}.csv", {})
+        keys = {"nccl.ll128": True, "nccl.ll_share": 0.25, **nccl_protocol_keys(name, INTRA_LINKS[name])}
+        extra = "".join(f",{str(keys[key]).lower()}" for key in _PROTOCOL_KEYS) if protocols else ""
         lines += [f"{r['nodes']},{r['gpus_per_node']},{r['message_bytes']!r},{r['allreduce_time']!r}"
-                  + (f",{rate!r}" if rates else "") for r in rows]
+                  + (f",{rate!r}" if rates else "") + extra for r in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -229,7 +267,7 @@ def main(argv=None) -> int:
             # NCCL's protocols (algorithm "nccl"): bandwidth at the line rate (fitted too where none is
             # known), the two hop latencies fitted
             keys = NCCL_KEYS + (("inter.bandwidth",) if rate is None else ())
-            protocols = by_size(path, keys, nccl_base(rate, NCCL_INTRA[name], nodes=True))
+            protocols = by_size(path, keys, nccl_base(rate, NCCL_INTRA[name], name, nodes=True))
             report(name, "multi-node, nccl protocols",
                    protocols, "bandwidth fitted" if rate is None else "bandwidth = line rate")
             print(f"{name}: done", file=sys.stderr)
@@ -259,8 +297,8 @@ def main(argv=None) -> int:
             print(f"{name}: done", file=sys.stderr)
         # (c) the nearest thing to two rank counts on the same hardware
         rank_rows = []
-        for label, keys, base, rates in RANK_VARIANTS:
-            both = rank_table(folder / "azure_nc_a100v4.csv", rates)
+        for label, keys, base, rates, protocols in RANK_VARIANTS:
+            both = rank_table(folder / "azure_nc_a100v4.csv", rates, protocols)
             ranks = run(both, keys, base, "gpus_per_node", options, folder)
             ranks = [r for r in ranks if r.fold.name.endswith("= 4")]
             rank_rows.append(_row("azure NC A100 v4: fit 2 GPUs, predict 4", label, ranks,

@@ -223,7 +223,7 @@ def _nccl_phase(p, intra, inter, flat_per_byte, floor):
     if floor is not None:
         flat_per_byte = jnp.maximum(flat_per_byte, floor)
     return lower_envelope(protocol_lines(p.nodes, p.workers, intra["alpha"], inter["alpha"], flat_per_byte,
-                                         p.nccl_pci))
+                                         p.nccl_pci, p.nccl_ll128, p.nccl_ll_share))
 
 
 def _pipelined(a, b):

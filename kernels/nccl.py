@@ -27,7 +27,13 @@ take the PCIe ratios where `nccl_pci` is 1, NVLink's elsewhere. The bytes
 move as in a flat ring: 2(P-1)/P of M per rank on the slowest link (on
 several nodes the slower of the inter and the intra link, whose edges the
 ring crosses too; the inter link alone with one GPU per node), at the
-link's bandwidth times the protocol's share (1/4, 0.92, 1). The time is
+link's bandwidth times the protocol's share (1/4, 0.92, 1). Two
+optional per-configuration switches follow NCCL where its defaults differ
+by machine: `ll128` 0 takes LL128 away (its line becomes Simple's: NCCL
+enables LL128 by default only where GPUs of compute capability 7.0, 8.0,
+9.0 or 10.0 meet over NVLink, tuning.cc), and `ll_share` replaces LL's
+quarter (at most 1/2: each 8-byte line carries 4 data bytes, the rate
+where the wire, not the GPUs' stores, limits LL). The time is
 the least of the three lines, a piecewise-affine cost: the same `Steps` as
 the link model's protocol switches (`kernels.collectives`), so every
 kernel that prices an all-reduce prices this one too. NCCL's tree was
@@ -50,10 +56,12 @@ SIMPLE_PLATEAU = 1.9
 SHARE = (0.25, 0.92, 1.0)  # of the bandwidth
 
 
-def protocol_lines(nodes, workers, intra_alpha, inter_alpha, volume_per_byte, pci):
+def protocol_lines(nodes, workers, intra_alpha, inter_alpha, volume_per_byte, pci, ll128=None, ll_share=None):
     """[(latency, per_byte)] of LL, LL128 and Simple for every configuration.
     `volume_per_byte`: seconds per byte of M at the full bandwidth (the flat
-    ring's 2(P-1)/P over the slowest link's bandwidth, floored by the wire)."""
+    ring's 2(P-1)/P over the slowest link's bandwidth, floored by the wire);
+    `ll128` (1 or 0, unset: 1) whether LL128 may run, `ll_share` (unset:
+    1/4) LL's share of the bandwidth."""
     several = nodes > 1
     inter_steps = jnp.where(several, 2.0 * (nodes - 1), 0.0)
     intra_steps = 2.0 * (workers - 1) - inter_steps
@@ -65,7 +73,10 @@ def protocol_lines(nodes, workers, intra_alpha, inter_alpha, volume_per_byte, pc
         latency = BASE[q] + intra_steps * hop_intra + inter_steps * hop_inter
         if q == 2:
             latency = latency * jnp.where(several, SIMPLE_PLATEAU, 1.0)
-        lines.append((latency, volume_per_byte / SHARE[q]))
+        share = SHARE[q] if q != 0 or ll_share is None else ll_share
+        lines.append((latency, volume_per_byte / share))
+    if ll128 is not None:  # LL128 off: its line is Simple's, which then never loses to it
+        lines[1] = tuple(jnp.where(ll128 > 0, a, b) for a, b in zip(lines[1], lines[2]))
     return lines
 
 

@@ -96,6 +96,8 @@ class Params(Mapping):
     ps_imbalance: Array | None = None  # 1: the busiest server's bytes over an even share (>= 1)
     # set when a scenario may use algorithm "nccl" (`kernels.nccl`): 1 where its intra-node hops are PCIe, 0 NVLink
     nccl_pci: Array | None = None
+    nccl_ll128: Array | None = None  # 1: LL128 may run (unset: 1); 0: NCCL's default off (GPUs without NVLink)
+    nccl_ll_share: Array | None = None  # LL's share of the bandwidth (unset: NCCL's 1/4; at most 1/2)
     # mgwfbp as implemented (`kernels.channel`): the planner's all-reduce model (NaN alpha: the link's own
     # cost), and the fewest parameters a bucket is sent with
     mgwfbp_alpha: Array | None = None  # s

@@ -100,24 +100,27 @@ def allreduce_closed_form(algorithm, m, nodes, gpus, a_i, bw_i, a_e, bw_e, serve
     raise ValueError(algorithm)
 
 
-def nccl_time(m, n, g, a_i, a_e, bw, pci, only=None):
+def nccl_time(m, n, g, a_i, a_e, bw, pci, only=None, ll128=True, ll_share=0.25):
     """The fastest of NCCL's LL, LL128 and Simple ring all-reduces, from the
     tables in NVIDIA/nccl src/graph/tuning.cc (kernels/nccl.py's docstring):
     each protocol priced on its own and the least taken (`only`: that
-    protocol's time, 0 LL, 1 LL128, 2 Simple)."""
+    protocol's time, 0 LL, 1 LL128, 2 Simple); without `ll128` the least of
+    LL and Simple, LL at `ll_share` of the bandwidth."""
     p = n * g
     hops_inter = 2 * (n - 1)
     hops_intra = 2 * (p - 1) - hops_inter
     intra_us = (1.0, 2.5, 5.7) if pci else (0.47, 1.9, 3.4)
     net_us = (2.7, 4.0, 9.6)
     times = []
-    for q, (base_us, share) in enumerate(((6.6, 0.25), (14.0, 0.92), (8.4, 1.0))):
+    for q, (base_us, share) in enumerate(((6.6, ll_share), (14.0, 0.92), (8.4, 1.0))):
         hop_intra = a_i * intra_us[q] / intra_us[0] * (1.8 if q == 0 and n > 1 else 1.0)
         hop_inter = a_e * net_us[q] / net_us[0]
         latency = base_us * 1e-6 + hops_intra * hop_intra + hops_inter * hop_inter
         if q == 2 and n > 1:
             latency *= 1.9
         times.append(latency + 2 * (p - 1) / p * m / (bw * share))
+    if not ll128:
+        times[1] = float("inf")
     return min(times) if only is None else times[only]
 
 

@@ -64,6 +64,29 @@ def test_the_protocols_win_in_turn(n, g):
     np.testing.assert_allclose(got, [nccl_time(m, n, g, a_i, a_e, bw, False) for m in MESSAGES], rtol=1e-9)
 
 
+@pytest.mark.parametrize("link", LINKS[:2], ids=[link[0] for link in LINKS[:2]])
+@pytest.mark.parametrize("n, g", [(1, 8), (2, 1), (2, 8)])
+def test_without_ll128_and_with_ll_at_half(n, g, link):
+    """`nccl.ll128 = false` leaves LL and Simple (NCCL's default on GPUs
+    without NVLink), `nccl.ll_share` sets LL's share of the bandwidth: each
+    against its own reference, and not vacuous (the medium sizes move)."""
+    bw = link[2] if n == 1 else link[4] if g == 1 else min(link[2], link[4])
+    pci = link[0].startswith("pcie")
+    base, _ = _kernel_times(_point(n, g, link))
+    for extra, kw in (({"nccl.ll128": False}, {"ll128": False}), ({"nccl.ll_share": 0.5}, {"ll_share": 0.5}),
+                      ({"nccl.ll128": False, "nccl.ll_share": 0.5}, {"ll128": False, "ll_share": 0.5})):
+        got, _ = _kernel_times(_point(n, g, link, **extra))
+        want = [nccl_time(m, n, g, link[1], link[3], bw, pci, **kw) for m in MESSAGES]
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=0.0)
+        assert np.any(np.abs(got / base - 1) > 0.05), extra  # some size runs another protocol or rate
+
+
+def test_ll_share_outside_its_range_is_a_one_line_error():
+    for bad in (0.0, 0.75):
+        with pytest.raises(sweep.SpecError, match="nccl.ll_share"):
+            sweep.load_spec({"model": "resnet50", "batch_size": 32, "algorithm": "nccl", "nccl.ll_share": bad})
+
+
 def test_no_faster_than_the_wire():
     """With a line rate well below the link's bandwidth, large all-reduces
     run at the wire (Simple: the whole bandwidth), never faster."""
@@ -111,15 +134,18 @@ def test_explain_names_the_algorithm_and_prices_every_bucket():
 
 def test_calibrate_recovers_the_hop_latencies_from_mixed_rows(tmp_path):
     """All-reduce rows of a ring (first, so that the group's first row has no
-    nccl field) and of nccl on 2 x 8 NVLink nodes, times from the reference:
-    the fit recovers both LL hop latencies, and predicts every row."""
+    nccl field), of nccl on 2 x 8 NVLink nodes, and of nccl without LL128 and
+    with LL at half (those keys set in these rows only), times from the
+    reference: the fit recovers both LL hop latencies, and predicts every row."""
     a_i, a_e, rate = 0.6e-6, 4.0e-6, 2e11
     sizes = np.geomspace(8.0, 2.0**30, 28)
-    rows = [["ring", 2, 8, m, 30 * a_e + 30 / 16 * m / rate] for m in sizes[::4]]
-    rows += [["nccl", 2, 8, m, nccl_time(m, 2, 8, a_i, a_e, rate, False)] for m in sizes]
+    rows = [["ring", 2, 8, m, 30 * a_e + 30 / 16 * m / rate, "", ""] for m in sizes[::4]]
+    rows += [["nccl", 2, 8, m, nccl_time(m, 2, 8, a_i, a_e, rate, False), "", ""] for m in sizes]
+    rows += [["nccl", 2, 8, m, nccl_time(m, 2, 8, a_i, a_e, rate, False, ll128=False, ll_share=0.5), "false", 0.5]
+             for m in sizes[1::3]]
     data = tmp_path / "rows.csv"
     with open(data, "w") as handle:
-        handle.write("algorithm,nodes,gpus_per_node,message_bytes,allreduce_time\n")
+        handle.write("algorithm,nodes,gpus_per_node,message_bytes,allreduce_time,nccl.ll128,nccl.ll_share\n")
         handle.writelines(",".join(str(x) for x in r) + "\n" for r in rows)
     base = tmp_path / "base.toml"
     base.write_text(f'[intra]\nname = "nvlink3"\nalpha = 1e-6\n[inter]\nalpha = 1e-5\nbandwidth = {rate!r}\n'

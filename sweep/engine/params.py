@@ -126,6 +126,10 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
                 p[f"{table}_{field}"] = get(f"{table}.{field}")
     if "nccl" in _algorithms(columns):  # NCCL's protocols take PCIe or NVLink hop ratios (kernels.nccl)
         p["nccl_pci"] = get("intra.name", lambda name: float(catalog.is_pcie(name)))
+        if "nccl.ll128" in columns:  # only when set: else LL128 runs and LL takes NCCL's quarter
+            p["nccl_ll128"] = get("nccl.ll128", float)
+        if "nccl.ll_share" in columns:
+            p["nccl_ll_share"] = get("nccl.ll_share")
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
     # Only when set: else ps pushes and pulls at the inter link's bandwidths, its servers evenly loaded,

@@ -39,6 +39,6 @@ PARAMETERS = (
     *(Parameter(f"{t}.line_rate", f"{t}_line_rate", None) for t in LINK_TABLES),
     Parameter("ps.bandwidth", "ps_bandwidth"), Parameter("ps.imbalance", "ps_imbalance", None),
     Parameter("mgwfbp.alpha", "mgwfbp_alpha", None), Parameter("mgwfbp.bandwidth", "mgwfbp_bandwidth", None),
-    Parameter("mgwfbp.min_params", "mgwfbp_min_params", None),
+    Parameter("mgwfbp.min_params", "mgwfbp_min_params", None), Parameter("nccl.ll_share", "nccl_ll_share", None),
 )
 PARAMETER_OF_KEY = {p.key: p for p in PARAMETERS}

@@ -167,6 +167,13 @@ KEYS: dict[str, Key] = {k.name: k for k in [
         "hashes each partition to one server", minimum=1.0, maximum=MAX_WORKERS),
     Key("ps.pipelined", bool, None, "",
         "ps phases overlap, as BytePS streams partitions (latencies add, the slower phase sets the pace)"),
+    # NCCL's protocols where its defaults differ by machine (kernels/nccl.py).
+    Key("nccl.ll128", bool, None, "",
+        "nccl: LL128 may run (unset: true; NCCL's default only where GPUs of compute capability 7.0, 8.0, 9.0 or "
+        "10.0 meet over NVLink)"),
+    Key("nccl.ll_share", float, None, "",
+        "nccl: LL's share of the bandwidth (unset: NCCL's 1/4; 1/2 where the wire limits LL, 4 data bytes per "
+        "8-byte line)", positive=True, maximum=0.5),
     # DAG shapes (DESIGN 2.5); the defaults are the barrier model.
     Key("update", str, "barrier", "",
         "parameter update: one barrier after all communication, or per layer once its bucket is done",
