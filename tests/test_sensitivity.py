@@ -97,9 +97,12 @@ def test_bad_sensitivity_names(name):
         load_spec({**BASE, "outputs": [name]})
 
 
-def test_sensitivity_to_an_unset_optional_key_is_refused_without_leaving_files(cli, write_spec, tmp_path):
+@pytest.mark.parametrize("key, extra", [("inter.protocol_bytes", ""),  # unset
+                                        ("nccl.ll_share", "nccl.ll_share = 0.5\n")])  # set, unused by a ring
+def test_sensitivity_to_a_key_nothing_depends_on_is_refused_without_leaving_files(cli, write_spec, tmp_path,
+                                                                                   key, extra):
     spec = write_spec('model = "alexnet"\nbatch_size = 8\nnodes = [1, 2]\n'
-                      'outputs = ["d_iteration_time/d_inter.protocol_bytes"]\n')
+                      f'outputs = ["d_iteration_time/d_{key}"]\n' + extra)
     status, _, err = cli("run", spec, "-o", tmp_path / "o.nc")
-    assert status == 2 and "inter.protocol_bytes" in err and len(err.strip().splitlines()) == 1
+    assert status == 2 and key in err and "does not use it" in err and len(err.strip().splitlines()) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("o.nc")]

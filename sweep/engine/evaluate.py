@@ -422,7 +422,8 @@ def _params(spec: Spec, columns: dict, model) -> tuple[Params, tuple]:
     for name, rule in tangents:  # a multiplier that varies makes its parameter vary too
         for param, multiplier in rule:
             if param not in params:
-                raise SpecError("outputs", name, "this scenario does not set that key, so nothing depends on it")
+                raise SpecError("outputs", name, "nothing in this scenario depends on that key (it is unset, or "
+                                                 "its algorithm or strategy does not use it)")
             if multiplier is not None and params[multiplier].size > params[param].size:
                 wide = np.broadcast_shapes(params[param].shape, params[multiplier].shape)
                 params = params.replace(**{param: np.broadcast_to(params[param], wide).copy()})
