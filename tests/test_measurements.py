@@ -241,6 +241,21 @@ def test_validate_nccl_fits_the_bandwidth_where_no_line_rate_is_known():
     assert "inter" not in tomllib.loads(module.nccl_base(None, "pcie4"))
 
 
+def test_validate_nccl_runs_the_protocols_nccl_runs_on_each_machine():
+    """NCCL enables LL128 only where GPUs of compute capability 7.0-10.0 meet
+    over NVLink: every PCIe table, the L40S pair and the Azure VM whose ring
+    crosses PCIe run without it, the NVSwitch boxes with it; LL at half the
+    link where the GPUs have no NVLink, NCCL's quarter elsewhere."""
+    module = load_study("validate_nccl")
+    for name, link in module.INTRA_LINKS.items():
+        keys = tomllib.loads(module.nccl_base(None, link, name)).get("nccl", {})
+        assert keys.get("ll128", True) is ("pcie" not in link and name != "azure_nc96ads_a100v4_1x4"), name
+        assert keys.get("ll_share", 0.25) == (0.5 if link.startswith("pcie") else 0.25), name
+    for name, link in module.NCCL_INTRA.items():
+        keys = tomllib.loads(module.nccl_base(1e11, link, name, nodes=True)).get("nccl", {})
+        assert keys == ({"ll128": False, "ll_share": 0.5} if name == "nccltests323_l40s_2x1_tcp" else {}), name
+
+
 def test_calibrate_predict_and_validate_take_a_format(tmp_path, cli):
     path = tmp_path / "osu.txt"
     path.write_text(OSU.replace("# OSU MPI Allreduce Latency Test v5.4.0\n", ""))  # no banner: not detected
