@@ -151,3 +151,11 @@ jax.tree_util.register_dataclass(Params, data_fields=list(NAMES), meta_fields=[]
 REQUIRED = tuple(f.name for f in dataclasses.fields(Params) if f.default is dataclasses.MISSING)
 OPTIONAL = tuple(name for name in NAMES if name not in REQUIRED)
 CODES = ("strategy", "algorithm", "optimizer", "precision")  # integer codes (kernels.codes), int32
+# The value that means "unset" for the optional fields a block of rows may set
+# in some rows only (a fit concatenates rows: `sweep.fit.model` fills the rest
+# with these, which the kernels read as the field's absence): sequential ps,
+# its servers evenly loaded; mgwfbp planned with the true costs (NaN), no
+# least bucket; NVLink hop ratios, LL128 allowed and LL at NCCL's quarter; no
+# least task time.
+UNSET = {"ps_pipelined": 0.0, "ps_imbalance": 1.0, "mgwfbp_alpha": float("nan"), "mgwfbp_bandwidth": float("nan"),
+         "mgwfbp_min_params": 0.0, "nccl_pci": 0.0, "nccl_ll128": 1.0, "nccl_ll_share": 0.25, "task_floor": 0.0}

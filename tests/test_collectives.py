@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from kernels.codes import ALGORITHMS
-from kernels.collectives import allreduce_cost, allreduce_time
-from kernels.parameters import REQUIRED
+from kernels.collectives import allreduce_cost, allreduce_time, collective_cost
+from kernels.parameters import REQUIRED, UNSET
 from sweep.graph import zoo
 from sweep.report.explain import explain
 from sweep.engine.params import point_params
@@ -185,6 +185,33 @@ def _ps_key_times(key, value, nodes, servers, m, links):
             times.append(float(allreduce_time(jnp.float32(m), *allreduce_cost(p))[0]))
         out[algorithm] = tuple(times)
     return out
+
+
+@pytest.mark.parametrize("name", ["ps_pipelined", "ps_imbalance", "nccl_pci", "nccl_ll128", "nccl_ll_share"])
+def test_a_fields_unset_value_prices_as_its_absence(name):
+    """`kernels.parameters.UNSET`, what a fit fills into the rows of a group
+    that lack an optional field, prices every algorithm's all-reduce as the
+    field's absence does (NCCL's rows always carry `nccl_pci`)."""
+    model = zoo.get_model("resnet50")
+    m = jnp.asarray(np.geomspace(10.0, 1e9, 25))[:, None]
+    other = {"ps_pipelined": 1.0, "ps_imbalance": 2.0, "nccl_ll128": 0.0, "nccl_ll_share": 0.5}  # set, and felt
+    felt = []
+    for algorithm in ALGORITHMS:
+        if name == "nccl_pci" and algorithm == "nccl":
+            continue
+        point = {"model": "resnet50", "batch_size": 32, "nodes": 3, "gpus_per_node": 4, "algorithm": algorithm,
+                 "intra.name": "nvlink3", "inter.alpha": 3e-6, "inter.bandwidth": 2.5e10, "ps.servers": 2}
+        p = point_params(point, model)
+
+        def times(value):
+            q = p.replace(**{name: None if value is None else np.full(1, value, np.float32)})
+            return np.asarray(allreduce_time(m, *collective_cost(q)))
+
+        absent = times(None)
+        np.testing.assert_allclose(times(UNSET[name]), absent, rtol=1e-6, err_msg=f"{name}, {algorithm}")
+        if name in other:
+            felt.append(not np.allclose(times(other[name]), absent, rtol=1e-3))
+    assert name not in other or any(felt)  # not vacuous: another value moves some algorithm's times
 
 
 def test_ps_bandwidth_prices_the_push_pull_phase_only():

@@ -16,7 +16,7 @@ import numpy as np
 
 from kernels.collectives import EXTRA_LINK_FIELDS, LINK_FALLBACK, LINK_FIELDS, allreduce_time, collective_cost
 from kernels.iteration import iteration_outputs
-from kernels.parameters import CODES
+from kernels.parameters import CODES, UNSET
 from sweep.engine.params import link_extension, point_params
 from sweep.errors import SpecError, closest
 from sweep.fit.data import MESSAGE, TARGETS, Row
@@ -154,12 +154,8 @@ def build_groups(rows: list[Row], fitted: list[str], predict: bool = False) -> t
         rows_here = [observations[i][0] for i in members]
         per_row = [row_params(r.point, extended) for r in rows_here]
         # Optional fields set in some rows only, or fitted: the others get the value that means "unset"
-        # (sequential ps, its servers evenly loaded; mgwfbp planned with the true costs, no floor; nccl's hop
-        # ratios, LL128 allowed and LL's quarter, read by nccl rows only; no least task time, present only when
-        # set or fitted, since a floor costs the lazy chains).
-        for name, unset in (("ps_pipelined", 0.0), ("ps_imbalance", 1.0), ("mgwfbp_alpha", np.nan),
-                            ("mgwfbp_bandwidth", np.nan), ("mgwfbp_min_params", 0.0), ("nccl_pci", 0.0),
-                            ("nccl_ll128", 1.0), ("nccl_ll_share", 0.25), ("task_floor", 0.0)):
+        # (`kernels.parameters.UNSET`; a least task time only then, since a floor costs the lazy chains).
+        for name, unset in UNSET.items():
             if name in fitted_params or any(name in q for q in per_row):
                 for q in per_row:
                     q.setdefault(name, np.full(1, unset))
