@@ -203,8 +203,8 @@ def rank_table(path: Path, rates, protocols: bool = False) -> Path:
              + ("".join(f",{key}" for key in _PROTOCOL_KEYS) if protocols else "")]
     for name, rate in zip(RANK_TABLES, rates or (None,) * len(RANK_TABLES)):
         rows, _, _ = read_measurements(DATA / f"{name}.csv", {})
-        keys = {"nccl.ll128": True, "nccl.ll_share": 0.25, **nccl_protocol_keys(name, INTRA_LINKS[name])}
-        extra = "".join(f",{str(keys[key]).lower()}" for key in _PROTOCOL_KEYS) if protocols else ""
+        keys = nccl_protocol_keys(name, INTRA_LINKS[name])  # an empty cell: the kernel's default
+        extra = "".join(f",{str(keys.get(key, '')).lower()}" for key in _PROTOCOL_KEYS) if protocols else ""
         lines += [f"{r['nodes']},{r['gpus_per_node']},{r['message_bytes']!r},{r['allreduce_time']!r}"
                   + (f",{rate!r}" if rates else "") + extra for r in rows]
     path.write_text("\n".join(lines) + "\n")
