@@ -96,12 +96,17 @@ COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node",
 # elements: bytescheduler/pytorch/horovod_task.py `_tensor_size`), float32:
 # 16 MB partitions and a 64 MB credit, credit tuning off. (Its own defaults,
 # 1,000,000 and 4,000,000 parameters, were this mapping's before: README.)
+# Under it Horovod keeps its defaults (64 MiB fusion buffer, 5 ms cycle), so
+# the partitions the credit lets out together go as one fused all-reduce:
+# the channel sends partitions of the credit's size, 64 MB, one call each
+# (an approximation: it fuses a large layer's partitions, not several
+# small layers' released together; README, tried and kept).
 # ByteScheduler-PS is not that plugin: byteps/launch.sh with bytescheduler=1
 # runs BytePS's own DistributedOptimizer, whose step() waits for every
 # push/pull (an update barrier, which the priority strategy does not
 # describe), with scheduling at the servers (BYTEPS_SERVER_ENABLE_SCHEDULE):
 # it keeps WFBP-PS's mapping in both.
-BYTESCHEDULER_A2A = {"strategy": "priority", "update": "layerwise", "partition_bytes": 16_000_000,
+BYTESCHEDULER_A2A = {"strategy": "priority", "update": "layerwise", "partition_bytes": 64_000_000,
                      "credit_bytes": 64_000_000.0}
 
 

@@ -48,14 +48,15 @@ def test_every_row_maps_to_a_valid_scenario():
         a, b = pick[(f"ByteScheduler-{family}", 4)], pick[(f"WFBP-{family}", 4)]
         assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
         # ... and by default ByteScheduler-A2A as the priority strategy with layer-wise updates and
-        # the launcher's partition and credit (4 and 16 million float32 parameters); ByteScheduler-PS
+        # the launcher's credit (16 million float32 parameters), whose release Horovod's fusion sends
+        # as one call: partitions of the credit's size; ByteScheduler-PS
         # ran BytePS's own optimizer (an update barrier) and keeps WFBP-PS's mapping
         records_4 = [r for r in records if r["dnn"] == "resnet50" and r["nodes"] == 4]
         record = next(r for r in records_4 if r["method"] == f"ByteScheduler-{family}")
         keys = MAPPING.scenario_keys(record, single)
         if family == "A2A":
             assert keys["strategy"] == "priority" and keys["update"] == "layerwise"
-            assert (keys["partition_bytes"], keys["credit_bytes"]) == (16_000_000, 64_000_000)
+            assert (keys["partition_bytes"], keys["credit_bytes"]) == (64_000_000, 64_000_000)
         else:
             assert keys == b
         load_spec({k: (True if v == "true" else v) for k, v in keys.items() if v != ""})
