@@ -86,7 +86,7 @@ MGWFBP_PLANNER = {  # workers -> (alpha [s], beta [s/byte])
 MGWFBP_MIN_PARAMS = 8192
 # The mapped rows as `calibrate` reads them (`write_rows`): scenario keys, then the measurement.
 COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node", "strategy", "algorithm",
-           "ps.pipelined", "ps.imbalance", "update", "partition_bytes", "credit_bytes", "mgwfbp.alpha",
+           "ps.pipelined", "ps.imbalance", "update", "partition_bytes", "credit_bytes", "fuse_posted", "mgwfbp.alpha",
            "mgwfbp.bandwidth", "mgwfbp.min_params", "compute.measured_throughput", "throughput")
 # ByteScheduler-A2A as the measured code ran it (ddl-benchmarks
 # bytescheduler/horovod_mpi_cj.sh): ByteScheduler's PyTorch
@@ -97,17 +97,15 @@ COLUMNS = ("method", "model", "batch_size", "seq_len", "nodes", "gpus_per_node",
 # 16 MB partitions and a 64 MB credit, credit tuning off. (Its own defaults,
 # 1,000,000 and 4,000,000 parameters, were this mapping's before: README.)
 # Under it Horovod keeps its defaults (64 MiB fusion buffer, 5 ms cycle), so
-# the partitions the credit lets out together go as one fused all-reduce:
-# the channel sends partitions of the credit's size, 64 MB, one call each
-# (an approximation: it fuses a large layer's partitions, not several
-# small layers' released together; README, tried and kept).
+# the partitions the credit lets out while the channel is busy go as one
+# fused all-reduce when it falls free (`fuse_posted`; README, tried and kept).
 # ByteScheduler-PS is not that plugin: byteps/launch.sh with bytescheduler=1
 # runs BytePS's own DistributedOptimizer, whose step() waits for every
 # push/pull (an update barrier, which the priority strategy does not
 # describe), with scheduling at the servers (BYTEPS_SERVER_ENABLE_SCHEDULE):
 # it keeps WFBP-PS's mapping in both.
-BYTESCHEDULER_A2A = {"strategy": "priority", "update": "layerwise", "partition_bytes": 64_000_000,
-                     "credit_bytes": 64_000_000.0}
+BYTESCHEDULER_A2A = {"strategy": "priority", "update": "layerwise", "partition_bytes": 16_000_000,
+                     "credit_bytes": 64_000_000.0, "fuse_posted": "true"}
 
 
 def scenario_keys(record: dict, single: dict[str, float], priority: bool = True) -> dict:
@@ -118,7 +116,7 @@ def scenario_keys(record: dict, single: dict[str, float], priority: bool = True)
             "seq_len": int(float(record["seq_len"])) if record["seq_len"] else "",
             "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"], "strategy": strategy,
             "algorithm": ALLREDUCE, "ps.pipelined": "", "ps.imbalance": "", "update": "", "partition_bytes": "",
-            "credit_bytes": "", "compute.measured_throughput": single[record["dnn"]]}
+            "credit_bytes": "", "fuse_posted": "", "compute.measured_throughput": single[record["dnn"]]}
     if priority and record["method"] == "ByteScheduler-A2A":
         keys.update(BYTESCHEDULER_A2A)
     if family == "ps" and record["nodes"] > 1:

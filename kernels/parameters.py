@@ -104,6 +104,7 @@ class Params(Mapping):
     mgwfbp_bandwidth: Array | None = None  # bytes/s
     mgwfbp_min_params: Array | None = None  # parameters
     task_floor: Array | None = None  # s: least time of a forward or backward task (unset: none)
+    fuse_posted: Array | None = None  # 1: the priority channel sends all it has posted as one call (unset: 0)
     # fitting only: smooth-max temperature [s], smooth protocol steps [ln bytes]
     max_temperature: Array | None = None
     switch_width: Array | None = None
@@ -156,6 +157,7 @@ CODES = ("strategy", "algorithm", "optimizer", "precision")  # integer codes (ke
 # with these, which the kernels read as the field's absence): sequential ps,
 # its servers evenly loaded; mgwfbp planned with the true costs (NaN), no
 # least bucket; NVLink hop ratios, LL128 allowed and LL at NCCL's quarter; no
-# least task time.
+# least task time; one partition a call on the priority channel.
 UNSET = {"ps_pipelined": 0.0, "ps_imbalance": 1.0, "mgwfbp_alpha": float("nan"), "mgwfbp_bandwidth": float("nan"),
-         "mgwfbp_min_params": 0.0, "nccl_pci": 0.0, "nccl_ll128": 1.0, "nccl_ll_share": 0.25, "task_floor": 0.0}
+         "mgwfbp_min_params": 0.0, "nccl_pci": 0.0, "nccl_ll128": 1.0, "nccl_ll_share": 0.25, "task_floor": 0.0,
+         "fuse_posted": 0.0}

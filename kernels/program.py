@@ -89,7 +89,7 @@ def _row(x):
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["compute", "comm", "grad_bytes", "strategy", "threshold", "prefetch", "temperature",
-                                "width", "credit", "planner", "floor"], meta_fields=["fixed_buckets", "free", "partition_bytes",
+                                "width", "credit", "fuse", "planner", "floor"], meta_fields=["fixed_buckets", "free", "partition_bytes",
                                                                  "priority_steps", "straight"])
 @dataclasses.dataclass(frozen=True)
 class Context:
@@ -104,6 +104,7 @@ class Context:
     temperature: Any = None
     width: Any = None
     credit: Any = None  # [C] bytes: the priority channel's credit
+    fuse: Any = None  # [C] 1: the priority channel fuses what is posted (None: one partition a call)
     planner: Any = None  # kernels.channel.Planner: mgwfbp's buckets as its implementation plans them
     floor: Any = None  # [C] seconds: least time of a forward or backward task (None: none)
     fixed_buckets: bool = False
@@ -501,7 +502,7 @@ def _with_priority(seg, ctx: Context, cost, ready, ready_scale, finish, sent, la
 
     def run(_):
         return priority_channel(slot_bytes, relative_ready, cost, ctx.partition_bytes, ctx.credit,
-                                ctx.priority_steps, ctx.width, want_steps=d is not None)
+                                ctx.priority_steps, ctx.width, want_steps=d is not None, fuse=ctx.fuse)
 
     shapes = jax.eval_shape(run, None)
     p_finish, p_busy, p_sending, record = jax.lax.cond(

@@ -89,6 +89,12 @@ def test_explain_refuses_a_grid(cli, write_spec):
     assert status == 2 and "nodes" in stderr and "one configuration" in stderr
 
 
+def test_explain_refuses_a_fusing_priority_channel_in_one_line(cli, write_spec):
+    spec = write_spec('model = "resnet50"\nbatch_size = 32\nstrategy = "priority"\nupdate = "layerwise"\nfuse_posted = true\n')
+    status, _, stderr = cli("explain", spec)
+    assert status == 2 and "fuse_posted" in stderr and "True" in stderr and len(stderr.strip().splitlines()) == 1
+
+
 def test_existing_output_is_kept_when_a_rerun_fails(cli, write_spec, tmp_path):
     out = tmp_path / "out.nc"
     out.write_bytes(b"previous result")

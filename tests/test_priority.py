@@ -54,12 +54,56 @@ def simulate(ready, nbytes, partition, credit, latency, per_byte):
     return sent
 
 
-def kernel(ready, nbytes, partition, credit, latency, per_byte, steps):
+def simulate_fused(ready, nbytes, partition, credit, latency, per_byte):
+    """The same scheduler over a channel that fuses, as events: a partition
+    posted while a call waits for the channel (up to and at the instant it
+    starts) rides in that call; a call takes latency + per_byte * all its
+    bytes and its partitions count as sent when it finishes. Returns
+    [(slot, start, finish)] in posting order and the calls' total time."""
+    queue, events = [], []  # events: (time, kind, payload): 0 a call finished, 1 a tensor ready, 2 a call starts
+    for s, (r, b) in enumerate(zip(ready, nbytes)):
+        if b > 0:
+            heapq.heappush(events, (r, 1, s))
+    remaining = {s: math.ceil(b / partition) for s, b in enumerate(nbytes) if b > 0}
+    size = {s: nbytes[s] / n for s, n in remaining.items()}
+    in_flight, channel_free, waiting_call, calls, posted = 0.0, -math.inf, None, [], []
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, payload = heapq.heappop(events)
+            if kind == 0:
+                in_flight -= payload
+            elif kind == 1:
+                for i in range(remaining[payload]):
+                    heapq.heappush(queue, (-payload, i))
+        while queue and in_flight < credit:
+            slot = -heapq.heappop(queue)[0]
+            if waiting_call is None:
+                waiting_call = {"start": max(now, channel_free), "members": []}
+                calls.append(waiting_call)
+                heapq.heappush(events, (waiting_call["start"], 2, len(calls) - 1))
+            waiting_call["members"].append(len(posted))
+            posted.append(slot)
+            in_flight += size[slot]
+        if waiting_call is not None and waiting_call["start"] <= now:  # it starts: nothing joins it any more
+            nbytes_call = sum(size[posted[i]] for i in waiting_call["members"])
+            waiting_call["finish"] = waiting_call["start"] + latency + per_byte * nbytes_call
+            channel_free = waiting_call["finish"]
+            heapq.heappush(events, (channel_free, 0, nbytes_call))
+            waiting_call = None
+    sent = [None] * len(posted)
+    for call in calls:
+        for i in call["members"]:
+            sent[i] = (posted[i], call["start"], call["finish"])
+    return sent, sum(c["finish"] - c["start"] for c in calls)
+
+
+def kernel(ready, nbytes, partition, credit, latency, per_byte, steps, fuse=None):
     with jax.enable_x64(True):
         cost = CollectiveCost(jnp.array([latency]), jnp.array([per_byte]), None)
         finish, busy, sending, (slot, start, end) = priority_channel(
             jnp.asarray(nbytes)[:, None], jnp.asarray(ready)[:, None], cost, partition, jnp.array([credit]), steps,
-            want_steps=True)
+            want_steps=True, fuse=None if fuse is None else jnp.array([fuse]))
         used = np.asarray(slot)[:, 0] >= 0
         order = [(int(s), float(a), float(b)) for s, a, b in
                  zip(np.asarray(slot)[used, 0], np.asarray(start)[used, 0], np.asarray(end)[used, 0])]
@@ -87,6 +131,38 @@ def test_the_channel_matches_the_event_simulation(seed):
         last = [b for slot, _, b in expected if slot == s]
         assert finish[s] == pytest.approx(last[-1] if last else ready[s], rel=1e-12, abs=1e-15)
     assert busy == pytest.approx(sum(b - a for _, a, b in expected), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_fusing_channel_matches_its_event_simulation(seed):
+    rng = np.random.default_rng(100 + seed)
+    slots = int(rng.integers(1, 12))
+    nbytes = rng.choice([0.0, 1.0], slots, p=[0.15, 0.85]) * np.exp(rng.uniform(np.log(1e3), np.log(5e7), slots))
+    ready = np.round(np.cumsum(rng.exponential(2e-3, slots)) * rng.choice([1.0, 0.0], slots, p=[0.9, 0.1]), 4)
+    partition = float(np.exp(rng.uniform(np.log(1e5), np.log(2e7))))
+    credit = float(partition * rng.choice([0.5, 1.0, 2.0, 3.7, 100.0]))
+    latency, per_byte = float(rng.uniform(0, 1e-3)), float(1 / rng.uniform(1e8, 1e10))
+    steps = int(sum(math.ceil(b / partition) for b in nbytes)) + int(rng.integers(0, 4))
+    expected, expected_busy = simulate_fused(ready, nbytes, partition, credit, latency, per_byte)
+    got, finish, busy = kernel(ready, nbytes, partition, credit, latency, per_byte, steps, fuse=1.0)
+    assert [s for s, _, _ in got] == [s for s, _, _ in expected]
+    np.testing.assert_allclose([t for _, a, b in got for t in (a, b)],
+                               [t for _, a, b in expected for t in (a, b)], rtol=1e-12, atol=1e-15)
+    for s in range(slots):
+        last = [b for slot, _, b in expected if slot == s]
+        assert finish[s] == pytest.approx(max(last) if last else ready[s], rel=1e-12, abs=1e-15)
+    assert busy == pytest.approx(expected_busy, rel=1e-12)
+
+
+def test_fusing_saves_latencies_only_when_partitions_queue():
+    # Four partitions ready at once, credit for all: one call instead of four, three latencies saved.
+    one_by_one, _, busy = kernel([0.0], [4e6], 1e6, 4e6, 1e-3, 1e-9, 4)
+    fused, _, fused_busy = kernel([0.0], [4e6], 1e6, 4e6, 1e-3, 1e-9, 4, fuse=1.0)
+    assert len({(a, b) for _, a, b in fused}) == 1 and busy - fused_busy == pytest.approx(3e-3)
+    # One partition in flight at a time (credit of one): nothing queues, nothing fuses.
+    assert kernel([0.0], [4e6], 1e6, 1e6, 1e-3, 1e-9, 4, fuse=1.0)[0] == kernel([0.0], [4e6], 1e6, 1e6, 1e-3, 1e-9, 4)[0]
+    # fuse = 0 is the unfused channel.
+    assert kernel([0.0], [4e6], 1e6, 4e6, 1e-3, 1e-9, 4, fuse=0.0)[0] == one_by_one
 
 
 def test_the_front_layer_goes_first_and_credit_delays_it():
@@ -243,3 +319,17 @@ def test_calibrate_and_predict_priority_rows(tmp_path, cli):
     with open(tmp_path / "pred.csv", newline="") as f:
         predicted = float(next(csv.DictReader(f))["predicted_throughput"])
     assert predicted == pytest.approx(rows[2][-1], rel=1e-3)
+
+
+def test_a_sweep_over_fuse_posted_is_each_value_alone():
+    """`fuse_posted` as a swept axis (a per-configuration switch of one
+    program) gives each configuration what it gives alone, and fusing is
+    faster where a large layer's partitions queue behind the credit."""
+    import sweep
+
+    spec = {**BASE, "update": "layerwise", "strategy": "priority", "partition_bytes": 600_000,
+            "credit_bytes": 2_400_000, "inter": {"alpha": 4e-5, "bandwidth": 1e9}}
+    cube = sweep.run({**spec, "fuse_posted": [False, True]})
+    alone = [float(sweep.run({**spec, "fuse_posted": value})["iteration_time"]) for value in (False, True)]
+    np.testing.assert_allclose(cube["iteration_time"].values, alone, rtol=1e-6)
+    assert alone[1] < alone[0]

@@ -33,8 +33,9 @@ def test_every_row_maps_to_a_valid_scenario():
     for r in records:
         keys = MAPPING.scenario_keys(r, single)
         scenario = {k: v for k, v in keys.items() if v != ""}
-        if scenario.get("ps.pipelined") == "true":
-            scenario["ps.pipelined"] = True
+        for key in ("ps.pipelined", "fuse_posted"):  # the rows' CSV spelling of a bool
+            if scenario.get(key) == "true":
+                scenario[key] = True
         spec = load_spec(scenario)  # every mapped row is a valid scenario
         assert spec.fixed["nodes"] * spec.fixed["gpus_per_node"] == r["gpus"]
         if r["method"].endswith("-PS") and r["nodes"] > 1:
@@ -48,15 +49,16 @@ def test_every_row_maps_to_a_valid_scenario():
         a, b = pick[(f"ByteScheduler-{family}", 4)], pick[(f"WFBP-{family}", 4)]
         assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
         # ... and by default ByteScheduler-A2A as the priority strategy with layer-wise updates and
-        # the launcher's credit (16 million float32 parameters), whose release Horovod's fusion sends
-        # as one call: partitions of the credit's size; ByteScheduler-PS
+        # the launcher's partition and credit (4 and 16 million float32 parameters), its partitions
+        # fused as Horovod fuses what the credit lets out while the channel is busy; ByteScheduler-PS
         # ran BytePS's own optimizer (an update barrier) and keeps WFBP-PS's mapping
         records_4 = [r for r in records if r["dnn"] == "resnet50" and r["nodes"] == 4]
         record = next(r for r in records_4 if r["method"] == f"ByteScheduler-{family}")
         keys = MAPPING.scenario_keys(record, single)
         if family == "A2A":
             assert keys["strategy"] == "priority" and keys["update"] == "layerwise"
-            assert (keys["partition_bytes"], keys["credit_bytes"]) == (64_000_000, 64_000_000)
+            assert (keys["partition_bytes"], keys["credit_bytes"], keys["fuse_posted"]) == (16_000_000, 64_000_000,
+                                                                                          "true")
         else:
             assert keys == b
         load_spec({k: (True if v == "true" else v) for k, v in keys.items() if v != ""})

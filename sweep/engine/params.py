@@ -132,6 +132,8 @@ def kernel_params(columns: dict[str, Column], model: zoo.Model, size: int,
             p["nccl_ll_share"] = get("nccl.ll_share")
     if "ps.pipelined" in columns:  # only when set: the default is the sequential ps formula
         p["ps_pipelined"] = get("ps.pipelined", float)
+    if "fuse_posted" in columns:  # only when set: the priority channel sends one partition a call
+        p["fuse_posted"] = get("fuse_posted", float)
     # Only when set: else ps pushes and pulls at the inter link's bandwidths, its servers evenly loaded,
     # mgwfbp plans with the true costs, and compute tasks take their work's time however short.
     for key in ("ps.bandwidth", "ps.imbalance", "mgwfbp.alpha", "mgwfbp.bandwidth", "mgwfbp.min_params",

@@ -37,6 +37,9 @@ def single_point(spec: Spec) -> dict[str, object]:
 def explain(spec: Spec) -> dict:
     """The JSON document of DESIGN 4 for a single-configuration spec."""
     point = single_point(spec)
+    if point.get("fuse_posted") and point.get("strategy") == "priority":  # its DAG has one partition per task
+        raise SpecError("fuse_posted", True, "explain draws one partition a call; a fusing channel's calls are not "
+                                             "drawn yet (sweep, predict and calibrate take it)")
     structure = structure_of(spec, point)
     name = point["model"]
     model = zoo.model_of(structure)

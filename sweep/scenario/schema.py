@@ -133,6 +133,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     Key("credit_bytes", float, 16_000_000.0, "bytes",
         "priority strategy: bytes posted and not yet sent above which no further partition is posted",
         positive=True, maximum=MAX_BYTES),
+    Key("fuse_posted", bool, None, "",
+        "priority strategy: the channel, when it falls free, sends every partition posted and not yet sent as "
+        "one call (Horovod's tensor fusion under ByteScheduler; unset: one partition a call)"),
     Key("preset", str, None, "", "framework preset", choices=lambda: tuple(presets.PRESETS)),
     Key("iterations", int, 3, "", "unrolled iterations K", minimum=2, maximum=64),
     Key("grad_bytes", int, 4, "bytes", "bytes per gradient element", positive=True, maximum=64),
