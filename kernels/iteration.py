@@ -67,7 +67,8 @@ def context(dag, p, fixed_buckets=False, free=False, straight=False) -> Context:
     temperature, width = p.max_temperature, p.switch_width
     return Context(compute=compute, comm=stage_costs(p), grad_bytes=p.grad_bytes, strategy=p.strategy,
                    threshold=p.bucket_bytes, prefetch=p.prefetch, temperature=temperature, width=width,
-                   credit=p.credit_bytes, fuse=p.fuse_posted, planner=planner(p), floor=p.task_floor, fixed_buckets=fixed_buckets, free=free,
+                   credit=p.credit_bytes, fuse=p.fuse_posted, planner=planner(p), floor=p.task_floor,
+                   fixed_buckets=fixed_buckets, free=free,
                    partition_bytes=dag.partition_bytes, priority_steps=dag.priority_steps,
                    straight=straight)
 

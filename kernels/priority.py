@@ -91,9 +91,9 @@ def priority_channel(slot_bytes, ready, cost, partition_bytes: float, credit, st
         call_of = call_of.at[j].set(jnp.where(active, cid, -1))
         members = (call_of == cid[None]) & active[None]
         slot_call = jnp.where(pick, cid[None], slot_call)
-        finish = jnp.where(pick | ((slot_call == cid[None]) & join[None]), end[None], finish)
-        history = (sent_before.at[j].set(jnp.where(active, posted, 0.0)),
-                   jnp.where(members, end[None], finish_before.at[j].set(jnp.where(active, end, -inf))), call_of)
+        finish = jnp.where((slot_call == cid[None]) & active[None], end[None], finish)  # slots whose last is in it
+        history = (sent_before.at[j].set(jnp.where(active, posted, 0.0)), jnp.where(members, end[None], finish_before),
+                   call_of)
         call = (jnp.where(active, start, call_start), jnp.where(active, fused_bytes, call_bytes),
                 jnp.where(active, cid, call_id), slot_call)
         channel = jnp.where(active, end, channel)

@@ -89,10 +89,16 @@ def test_explain_refuses_a_grid(cli, write_spec):
     assert status == 2 and "nodes" in stderr and "one configuration" in stderr
 
 
-def test_explain_refuses_a_fusing_priority_channel_in_one_line(cli, write_spec):
-    spec = write_spec('model = "resnet50"\nbatch_size = 32\nstrategy = "priority"\nupdate = "layerwise"\nfuse_posted = true\n')
+@pytest.mark.parametrize("strategy", ['strategy = "priority"\nupdate = "layerwise"', 'preset = "bytescheduler"'])
+def test_explain_refuses_a_fusing_priority_channel_in_one_line(cli, write_spec, strategy):
+    spec = write_spec(f'model = "resnet50"\nbatch_size = 32\n{strategy}\nfuse_posted = true\n')
     status, _, stderr = cli("explain", spec)
     assert status == 2 and "fuse_posted" in stderr and "True" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_explain_takes_fuse_posted_where_no_priority_channel_runs(cli, write_spec):
+    spec = write_spec('model = "resnet50"\nbatch_size = 32\nstrategy = "wfbp"\nfuse_posted = true\n')
+    assert cli("explain", spec)[0] == 0
 
 
 def test_existing_output_is_kept_when_a_rerun_fails(cli, write_spec, tmp_path):

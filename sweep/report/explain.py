@@ -37,14 +37,15 @@ def single_point(spec: Spec) -> dict[str, object]:
 def explain(spec: Spec) -> dict:
     """The JSON document of DESIGN 4 for a single-configuration spec."""
     point = single_point(spec)
-    if point.get("fuse_posted") and point.get("strategy") == "priority":  # its DAG has one partition per task
-        raise SpecError("fuse_posted", True, "explain draws one partition a call; a fusing channel's calls are not "
-                                             "drawn yet (sweep, predict and calibrate take it)")
     structure = structure_of(spec, point)
     name = point["model"]
     model = zoo.model_of(structure)
     compiled = compile_structure(structure)
     params = point_params(point, model, np.float64)
+    # A priority channel runs (its strategy given or a preset's) and fuses: its DAG draws one partition a task.
+    if compiled.priority_steps and params.get("fuse_posted", np.zeros(1))[0] > 0:
+        raise SpecError("fuse_posted", True, "explain draws one partition a call; a fusing channel's calls are not "
+                                             "drawn yet (sweep, predict and calibrate take it)")
     with jax.enable_x64(True):
         p64 = {k: jnp.asarray(v) for k, v in params.items()}
         finish, durations, sent, partitions = _schedule(compiled, p64)
